@@ -1,0 +1,30 @@
+// CPU feature and cache detection.
+//
+// Cache sizes come from cpuid (leaf 4 on Intel, 0x8000001D on AMD). VMs often hide them or
+// report nonsense (a 508 MiB "L3"), so every value is clamped to a sane range and a default is
+// used when detection fails; `cache_source` says which happened.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tboost {
+
+struct CpuFeatures {
+  std::string vendor;
+  bool sse4_2 = false, avx = false, avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false, amx_bf16 = false;
+  int64_t l1d_bytes = 32 << 10;  // per core
+  int64_t l2_bytes = 1 << 20;    // per core
+  int64_t l3_bytes = 32 << 20;   // shared
+  std::string cache_source;      // "cpuid" or "default"
+  int logical_cores = 1;
+};
+
+// Detected once, then cached.
+const CpuFeatures& cpu_features();
+// One-line summary: "avx2 fma f16c avx512f ... | L1d 48K L2 1M L3 32M (cpuid)".
+std::string cpu_features_string();
+
+}  // namespace tboost

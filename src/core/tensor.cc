@@ -1,0 +1,184 @@
+// TensorDesc and Tensor: descriptors, views, owning aligned buffers.
+#include "tboost/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "tboost/core/error.h"
+
+namespace tboost {
+
+std::shared_ptr<void> aligned_buffer(size_t bytes) {
+  const size_t rounded = ((bytes + 63) / 64) * 64;
+  void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+  TBOOST_CHECK_CODE(p != nullptr || rounded == 0, ErrorCode::kOutOfMemory,
+                    "could not allocate ", bytes, " bytes (64-byte aligned)");
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+TensorDesc TensorDesc::contiguous(DType dtype, const Shape& shape) {
+  TBOOST_CHECK_CODE(shape.size() <= static_cast<size_t>(kMaxDims), ErrorCode::kShapeMismatch,
+                    "tensor rank ", shape.size(), " exceeds the maximum of ", kMaxDims);
+  TensorDesc d;
+  d.dtype = dtype;
+  d.ndim = static_cast<int>(shape.size());
+  int64_t stride = 1;
+  for (int i = d.ndim - 1; i >= 0; --i) {
+    TBOOST_CHECK_CODE(shape[static_cast<size_t>(i)] >= 0, ErrorCode::kShapeMismatch,
+                      "negative dimension in shape ", shape_to_string(shape));
+    d.dims[static_cast<size_t>(i)] = shape[static_cast<size_t>(i)];
+    d.strides[static_cast<size_t>(i)] = stride;
+    stride *= std::max<int64_t>(shape[static_cast<size_t>(i)], 1);
+  }
+  return d;
+}
+
+int64_t TensorDesc::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= dims[static_cast<size_t>(i)];
+  return n;
+}
+
+bool TensorDesc::is_contiguous() const {
+  int64_t stride = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    const auto u = static_cast<size_t>(i);
+    if (dims[u] != 1 && strides[u] != stride) return false;
+    stride *= dims[u];
+  }
+  return true;
+}
+
+int64_t TensorDesc::storage_span() const {
+  if (numel() == 0) return 0;
+  int64_t last = 0;
+  for (int i = 0; i < ndim; ++i) {
+    const auto u = static_cast<size_t>(i);
+    last += (dims[u] - 1) * strides[u];
+  }
+  return last + 1;
+}
+
+bool TensorDesc::same_shape(const TensorDesc& o) const {
+  if (ndim != o.ndim) return false;
+  for (int i = 0; i < ndim; ++i)
+    if (dims[static_cast<size_t>(i)] != o.dims[static_cast<size_t>(i)]) return false;
+  return true;
+}
+
+std::string TensorDesc::shape_string() const { return shape_to_string(shape()); }
+
+std::string TensorDesc::to_string() const {
+  std::string s = std::string(dtype_name(dtype)) + shape_string();
+  if (!is_contiguous()) {
+    s += " strides ";
+    s += shape_to_string(Shape(strides.begin(), strides.begin() + ndim));
+  }
+  return s;
+}
+
+Tensor Tensor::empty(DType dtype, const Shape& shape) {
+  Tensor t;
+  t.desc_ = TensorDesc::contiguous(dtype, shape);
+  const int64_t n = t.desc_.numel();
+  t.storage_ = aligned_buffer(static_cast<size_t>(n) * dtype_size(dtype));
+  t.data_ = t.storage_.get();
+  return t;
+}
+
+Tensor Tensor::zeros(DType dtype, const Shape& shape) {
+  Tensor t = empty(dtype, shape);
+  if (t.data_) std::memset(t.data_, 0, t.nbytes());
+  return t;
+}
+
+static int norm_dim(int dim, int ndim) {
+  const int d = dim < 0 ? dim + ndim : dim;
+  TBOOST_CHECK_CODE(d >= 0 && d < ndim, ErrorCode::kShapeMismatch, "dimension ", dim,
+                    " out of range for rank ", ndim);
+  return d;
+}
+
+Tensor Tensor::slice(int dim, int64_t start, int64_t length) const {
+  const int d = norm_dim(dim, desc_.ndim);
+  const auto u = static_cast<size_t>(d);
+  TBOOST_CHECK_CODE(start >= 0 && length >= 0 && start + length <= desc_.dims[u],
+                    ErrorCode::kShapeMismatch, "slice [", start, ", ", start + length,
+                    ") out of range for dim ", d, " of size ", desc_.dims[u]);
+  Tensor t = *this;
+  t.desc_.dims[u] = length;
+  t.data_ = static_cast<char*>(data_) +
+            start * desc_.strides[u] * static_cast<int64_t>(dtype_size(desc_.dtype));
+  return t;
+}
+
+Tensor Tensor::transpose(int dim0, int dim1) const {
+  const auto a = static_cast<size_t>(norm_dim(dim0, desc_.ndim));
+  const auto b = static_cast<size_t>(norm_dim(dim1, desc_.ndim));
+  Tensor t = *this;
+  std::swap(t.desc_.dims[a], t.desc_.dims[b]);
+  std::swap(t.desc_.strides[a], t.desc_.strides[b]);
+  return t;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  TBOOST_CHECK_CODE(is_contiguous(), ErrorCode::kShapeMismatch,
+                    "reshape needs contiguous data, got ", desc_.to_string());
+  Tensor t = *this;
+  t.desc_ = TensorDesc::contiguous(desc_.dtype, shape);
+  TBOOST_CHECK_CODE(t.desc_.numel() == numel(), ErrorCode::kShapeMismatch, "reshape from ",
+                    desc_.shape_string(), " to ", shape_to_string(shape),
+                    " changes the element count");
+  return t;
+}
+
+Tensor Tensor::contiguous_copy() const {
+  Tensor t = empty(desc_.dtype, shape());
+  const int64_t n = numel();
+  const size_t es = dtype_size(desc_.dtype);
+  Shape idx(static_cast<size_t>(desc_.ndim), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (int d = 0; d < desc_.ndim; ++d) off += idx[static_cast<size_t>(d)] * desc_.strides[static_cast<size_t>(d)];
+    std::memcpy(static_cast<char*>(t.data_) + static_cast<size_t>(i) * es,
+                static_cast<const char*>(data_) + off * static_cast<int64_t>(es), es);
+    for (int d = desc_.ndim - 1; d >= 0; --d) {
+      if (++idx[static_cast<size_t>(d)] < desc_.dims[static_cast<size_t>(d)]) break;
+      idx[static_cast<size_t>(d)] = 0;
+    }
+  }
+  return t;
+}
+
+static int64_t flat_offset(const TensorDesc& d, const Shape& index) {
+  TBOOST_CHECK_CODE(static_cast<int>(index.size()) == d.ndim, ErrorCode::kShapeMismatch,
+                    "index of rank ", index.size(), " for tensor of rank ", d.ndim);
+  int64_t off = 0;
+  for (int i = 0; i < d.ndim; ++i) {
+    const auto u = static_cast<size_t>(i);
+    TBOOST_CHECK_CODE(index[u] >= 0 && index[u] < d.dims[u], ErrorCode::kShapeMismatch,
+                      "index ", shape_to_string(index), " out of range for ", d.shape_string());
+    off += index[u] * d.strides[u];
+  }
+  return off;
+}
+
+double Tensor::get(const Shape& index) const {
+  return load_as_f64(data_, desc_.dtype, flat_offset(desc_, index));
+}
+
+void Tensor::set(const Shape& index, double v) {
+  store_from_f64(data_, desc_.dtype, flat_offset(desc_, index), v);
+}
+
+}  // namespace tboost

@@ -1,0 +1,88 @@
+// Highway helpers shared by the CPU kernels: load any float storage type as f32 lanes, store
+// f32 lanes back with round-to-nearest-even, and tail handling through a small stack buffer.
+//
+// Why our own bf16 store: Highway 1.0's DemoteTo(bf16) truncates; we need round to nearest
+// even (DESIGN.md numerics), and NaN must stay NaN rather than round into Inf.
+// Included once per Highway target (the usual -inl.h toggle).
+#if defined(TBOOST_KERNELS_HWY_UTIL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef TBOOST_KERNELS_HWY_UTIL_INL_H_
+#undef TBOOST_KERNELS_HWY_UTIL_INL_H_
+#else
+#define TBOOST_KERNELS_HWY_UTIL_INL_H_
+#endif
+
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "tboost/core/dtype.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tboost::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const float* p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const bf16_t* p) {
+  const hn::Rebind<hwy::bfloat16_t, D> db;
+  return hn::PromoteTo(d, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p)));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const f16_t* p) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+}
+
+template <class D>
+HWY_INLINE void StoreF(D d, hn::Vec<D> v, float* p) {
+  hn::StoreU(v, d, p);
+}
+template <class D>
+HWY_INLINE void StoreF(D d, hn::Vec<D> v, bf16_t* p) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto u = hn::BitCast(du, v);
+  const auto rounded =
+      hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))));
+  const auto quiet = hn::Or(u, hn::Set(du, 0x00400000u));
+  const auto bits = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
+  const auto hi = hn::BitCast(di, hn::ShiftRight<16>(bits));
+  hn::StoreU(hn::DemoteTo(d16, hi), d16, reinterpret_cast<uint16_t*>(p));
+}
+template <class D>
+HWY_INLINE void StoreF(D d, hn::Vec<D> v, f16_t* p) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+}
+
+// Partial vectors: the n < Lanes(d) remaining elements go through a stack buffer, so no
+// load or store ever touches memory past the end of a row.
+template <class D, class T>
+HWY_INLINE hn::Vec<D> LoadTailF(D d, const T* p, size_t n, float fill = 0.0f) {
+  HWY_ALIGN float buf[hn::MaxLanes(D())];
+  for (size_t i = 0; i < hn::Lanes(d); ++i) buf[i] = i < n ? to_f32(p[i]) : fill;
+  return hn::Load(d, buf);
+}
+template <class D, class T>
+HWY_INLINE void StoreTailF(D d, hn::Vec<D> v, T* p, size_t n) {
+  HWY_ALIGN T buf[hn::MaxLanes(D())];
+  StoreF(d, v, buf);
+  std::memcpy(p, buf, n * sizeof(T));
+}
+
+template <class D>
+HWY_INLINE float ReduceSumF(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+template <class D>
+HWY_INLINE float ReduceMaxF(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::MaxOfLanes(d, v));
+}
+
+}  // namespace tboost::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // TBOOST_KERNELS_HWY_UTIL_INL_H_

@@ -1,0 +1,2 @@
+// STUB
+#include "src/kernels/ref/reference.h"

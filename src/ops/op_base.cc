@@ -1,0 +1,130 @@
+// Checker messages and row views shared by every op.
+#include "src/ops/op_base.h"
+
+namespace tboost::ops_internal {
+
+void Checker::fail(ErrorCode code, const std::string& msg) const {
+  throw Error(code, std::string(op_) + ": " + msg);
+}
+
+static std::string who(int idx, const char* role) {
+  return "input " + std::to_string(idx) + " (" + role + ")";
+}
+
+void Checker::count(const std::vector<TensorDesc>& in, size_t expected,
+                    const std::string& names) const {
+  if (in.size() != expected)
+    fail(ErrorCode::kInvalidArgument, "expected " + std::to_string(expected) + " inputs (" +
+                                          names + "), got " + std::to_string(in.size()));
+}
+
+void Checker::rank(int idx, const char* role, const TensorDesc& d, int min_rank,
+                   int max_rank) const {
+  if (d.ndim < min_rank || d.ndim > max_rank)
+    fail(ErrorCode::kShapeMismatch,
+         who(idx, role) + " expected rank " +
+             (min_rank == max_rank ? std::to_string(min_rank)
+                                   : std::to_string(min_rank) + ".." + std::to_string(max_rank)) +
+             ", got rank " + std::to_string(d.ndim) + " " + d.to_string());
+}
+
+void Checker::dtype_in(int idx, const char* role, const TensorDesc& d,
+                       std::initializer_list<DType> allowed) const {
+  for (DType t : allowed)
+    if (d.dtype == t) return;
+  std::string list;
+  for (DType t : allowed) list += (list.empty() ? "" : ", ") + std::string(dtype_name(t));
+  fail(ErrorCode::kDTypeMismatch,
+       who(idx, role) + " expected dtype one of {" + list + "}, got " + dtype_name(d.dtype));
+}
+
+void Checker::dtype_eq(int idx, const char* role, const TensorDesc& d, DType expected,
+                       const char* why) const {
+  if (d.dtype != expected)
+    fail(ErrorCode::kDTypeMismatch, who(idx, role) + " expected dtype " + dtype_name(expected) +
+                                        (why ? std::string(" (") + why + ")" : "") + ", got " +
+                                        dtype_name(d.dtype));
+}
+
+void Checker::shape_eq(int idx, const char* role, const TensorDesc& d,
+                       const Shape& expected) const {
+  if (d.shape() != expected)
+    fail(ErrorCode::kShapeMismatch, who(idx, role) + " expected shape " +
+                                        shape_to_string(expected) + ", got " + d.shape_string());
+}
+
+void Checker::dim_eq(int idx, const char* role, const TensorDesc& d, int axis, int64_t expected,
+                     const char* what) const {
+  if (d.dim(axis) != expected)
+    fail(ErrorCode::kShapeMismatch,
+         who(idx, role) + " expected dim " + std::to_string(axis) + " = " +
+             std::to_string(expected) + (what ? std::string(" (") + what + ")" : "") + ", got " +
+             std::to_string(d.dim(axis)) + " in shape " + d.shape_string());
+}
+
+void Checker::last_dim_contiguous(int idx, const char* role, const TensorDesc& d) const {
+  if (d.ndim > 0 && d.dim(-1) > 1 && d.stride(-1) != 1)
+    fail(ErrorCode::kShapeMismatch, who(idx, role) + " needs a contiguous last dim (stride 1), got " +
+                                        d.to_string());
+}
+
+std::vector<TensorDesc> descs_of(const std::vector<Tensor>& ts) {
+  std::vector<TensorDesc> d;
+  d.reserve(ts.size());
+  for (const Tensor& t : ts) d.push_back(t.desc());
+  return d;
+}
+
+static bool same_desc(const TensorDesc& a, const TensorDesc& b) {
+  if (a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int i = 0; i < a.ndim; ++i) {
+    const auto u = static_cast<size_t>(i);
+    if (a.dims[u] != b.dims[u] || (a.dims[u] > 1 && a.strides[u] != b.strides[u])) return false;
+  }
+  return true;
+}
+
+bool same_descs(const std::vector<Tensor>& ts, const std::vector<TensorDesc>& ds) {
+  if (ts.size() != ds.size()) return false;
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (!same_desc(ts[i].desc(), ds[i])) return false;
+  return true;
+}
+
+RowView row_view(const TensorDesc& d) {
+  RowView v;
+  v.cols = d.ndim ? d.dim(-1) : 1;
+  v.outer = std::max(0, d.ndim - 1);
+  v.count = 1;
+  for (int i = 0; i < v.outer; ++i) {
+    v.dims[i] = d.dims[static_cast<size_t>(i)];
+    v.strides[i] = d.strides[static_cast<size_t>(i)];
+    v.count *= v.dims[i];
+  }
+  // Collapse: walking outward, each dim's stride must equal the inner dim's stride times size.
+  int64_t stride = -1;
+  bool uniform = true;
+  for (int i = v.outer - 1; i >= 0; --i) {
+    if (v.dims[i] == 1) continue;
+    if (stride < 0) {
+      stride = v.strides[i];
+    } else {
+      int64_t inner = 1;
+      for (int j = i + 1; j < v.outer; ++j) inner *= v.dims[j];
+      if (v.strides[i] != stride * inner) uniform = false;
+    }
+  }
+  if (uniform) v.uniform_stride = stride < 0 ? v.cols : stride;
+  return v;
+}
+
+RowView element_view(const TensorDesc& d) {
+  TensorDesc e = d;
+  TBOOST_CHECK_LT(e.ndim, kMaxDims, "tensor of rank ", d.ndim, " has no room for a unit dim");
+  e.dims[static_cast<size_t>(e.ndim)] = 1;
+  e.strides[static_cast<size_t>(e.ndim)] = 1;
+  ++e.ndim;
+  return row_view(e);
+}
+
+}  // namespace tboost::ops_internal

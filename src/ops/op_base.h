@@ -1,0 +1,139 @@
+// OpBase<Param>: the shared half of every Operation.
+//
+// It owns the Param, implements update/param, and makes setup and execute follow the contract:
+// params validated, inputs validated through infer_shape (which every op writes to throw on
+// bad input), data pointers checked, outputs compared against the inferred descriptors, and
+// only then the op's own do_setup. execute re-runs that validation whenever the pack's
+// descriptors differ from the last setup, so nothing is written on bad input.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "src/kernels/cpu/kernels.h"
+#include "tboost/core/error.h"
+#include "tboost/ops/operation.h"
+
+namespace tboost::ops_internal {
+
+// Error builder for one op: every message starts with the op's name.
+class Checker {
+ public:
+  explicit Checker(const char* op) : op_(op) {}
+  [[noreturn]] void fail(ErrorCode code, const std::string& msg) const;
+  void count(const std::vector<TensorDesc>& in, size_t expected, const std::string& names) const;
+  void rank(int idx, const char* role, const TensorDesc& d, int min_rank, int max_rank) const;
+  void dtype_in(int idx, const char* role, const TensorDesc& d,
+                std::initializer_list<DType> allowed) const;
+  void dtype_eq(int idx, const char* role, const TensorDesc& d, DType expected,
+                const char* why = nullptr) const;
+  void shape_eq(int idx, const char* role, const TensorDesc& d, const Shape& expected) const;
+  void dim_eq(int idx, const char* role, const TensorDesc& d, int axis, int64_t expected,
+              const char* what = nullptr) const;
+  void last_dim_contiguous(int idx, const char* role, const TensorDesc& d) const;
+  void param(bool ok, const std::string& msg) const {
+    if (!ok) fail(ErrorCode::kInvalidArgument, "invalid param: " + msg);
+  }
+  const char* op() const { return op_; }
+
+ private:
+  const char* op_;
+};
+
+std::vector<TensorDesc> descs_of(const std::vector<Tensor>& ts);
+bool same_descs(const std::vector<Tensor>& ts, const std::vector<TensorDesc>& ds);
+
+template <class P>
+class OpBase : public Operation {
+ public:
+  explicit OpBase(const P& p) : param_(p) {}
+
+  void update(const AnyParam& p) override {
+    const P* q = std::get_if<P>(&p);
+    if (!q) Checker(name()).fail(ErrorCode::kInvalidArgument, "update() given another op's Param");
+    param_ = *q;
+    ready_ = false;
+  }
+  AnyParam param() const override { return param_; }
+  std::string impl_info() const override { return impl_; }
+
+  size_t setup(const VariantPack& pack, Context& ctx) final {
+    ready_ = false;
+    const Checker chk(name());
+    validate_param(chk);
+    const std::vector<TensorDesc> in = descs_of(pack.inputs);
+    const std::vector<TensorDesc> expected = infer_shape(in);
+    for (size_t i = 0; i < pack.inputs.size(); ++i)
+      if (pack.inputs[i].numel() > 0 && pack.inputs[i].data() == nullptr)
+        chk.fail(ErrorCode::kNullData, "input " + std::to_string(i) + " (" + input_role(i) +
+                                           ") " + in[i].to_string() + " has no data pointer");
+    if (pack.outputs.size() != expected.size())
+      chk.fail(ErrorCode::kInvalidArgument,
+               "expected " + std::to_string(expected.size()) + " outputs, got " +
+                   std::to_string(pack.outputs.size()));
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const TensorDesc& o = pack.outputs[i].desc();
+      if (!o.same_shape(expected[i]) || o.dtype != expected[i].dtype)
+        chk.fail(o.dtype != expected[i].dtype ? ErrorCode::kDTypeMismatch
+                                              : ErrorCode::kShapeMismatch,
+                 "output " + std::to_string(i) + " (" + output_role(i) + ") expected " +
+                     expected[i].to_string() + ", got " + o.to_string());
+      if (o.numel() > 0 && pack.outputs[i].data() == nullptr)
+        chk.fail(ErrorCode::kNullData, "output " + std::to_string(i) + " (" + output_role(i) +
+                                           ") has no data pointer");
+    }
+    ws_ = do_setup(pack, ctx, chk);
+    in_ = in;
+    out_ = descs_of(pack.outputs);
+    ready_ = true;
+    return ws_;
+  }
+
+  void execute(const VariantPack& pack, void* workspace, size_t workspace_size,
+               Context& ctx) final {
+    if (!ready_ || !same_descs(pack.inputs, in_) || !same_descs(pack.outputs, out_)) {
+      setup(pack, ctx);
+    } else {
+      const Checker chk(name());
+      for (size_t i = 0; i < pack.inputs.size(); ++i)
+        if (pack.inputs[i].numel() > 0 && pack.inputs[i].data() == nullptr)
+          chk.fail(ErrorCode::kNullData, "input " + std::to_string(i) + " (" + input_role(i) +
+                                             ") has no data pointer");
+      for (size_t i = 0; i < pack.outputs.size(); ++i)
+        if (pack.outputs[i].numel() > 0 && pack.outputs[i].data() == nullptr)
+          chk.fail(ErrorCode::kNullData, "output " + std::to_string(i) + " (" +
+                                             output_role(i) + ") has no data pointer");
+    }
+    if (workspace_size < ws_ || (ws_ > 0 && workspace == nullptr))
+      Checker(name()).fail(ErrorCode::kInvalidArgument,
+                           "workspace of " + std::to_string(workspace_size) +
+                               " bytes given, setup asked for " + std::to_string(ws_));
+    DenormalGuard guard(ctx.flush_denormals());
+    do_execute(pack, workspace, ctx);
+  }
+
+ protected:
+  virtual void validate_param(const Checker& chk) const {}
+  virtual size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) {
+    return 0;
+  }
+  virtual void do_execute(const VariantPack& pack, void* workspace, Context& ctx) = 0;
+  virtual std::string input_role(size_t i) const { return "#" + std::to_string(i); }
+  virtual std::string output_role(size_t i) const { return "#" + std::to_string(i); }
+
+  P param_;
+  std::string impl_;
+
+ private:
+  bool ready_ = false;
+  std::vector<TensorDesc> in_, out_;
+  size_t ws_ = 0;
+};
+
+using kernels::RowView;
+RowView row_view(const TensorDesc& d);
+// Each element of d as a row of one column: offset(i) is element i's offset (row-major i).
+RowView element_view(const TensorDesc& d);
+
+}  // namespace tboost::ops_internal

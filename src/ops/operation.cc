@@ -1,0 +1,36 @@
+// create_operation: Param alternative -> op factory; run_operation convenience.
+#include "tboost/ops/operation.h"
+
+#include "src/ops/ops.h"
+
+namespace tboost {
+
+namespace {
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overload(F...) -> Overload<F...>;
+}  // namespace
+
+std::unique_ptr<Operation> create_operation(const AnyParam& param) {
+  using namespace ops_internal;
+  return std::visit(
+      Overload{[](const ops::LinearParam& p) { return make_linear(p); },
+               [](const ops::RmsNormParam& p) { return make_rms_norm(p); },
+               [](const ops::LayerNormParam& p) { return make_layer_norm(p); },
+               [](const ops::RopeParam& p) { return make_rope(p); },
+               [](const ops::ActivationParam& p) { return make_activation(p); },
+               [](const ops::SoftmaxParam& p) { return make_softmax(p); },
+               [](const ops::ElementwiseParam& p) { return make_elementwise(p); },
+               [](const ops::EmbeddingParam& p) { return make_embedding(p); }},
+      param);
+}
+
+void run_operation(Operation& op, const VariantPack& pack, Context& ctx) {
+  const size_t ws = op.setup(pack, ctx);
+  op.execute(pack, ws ? ctx.workspace(ws) : nullptr, ws, ctx);
+}
+
+}  // namespace tboost

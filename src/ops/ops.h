@@ -1,0 +1,17 @@
+// Factories of the built-in operations (one per op file), used by create_operation.
+#pragma once
+
+#include <memory>
+
+#include "tboost/ops/operation.h"
+
+namespace tboost::ops_internal {
+std::unique_ptr<Operation> make_linear(const ops::LinearParam& p);
+std::unique_ptr<Operation> make_rms_norm(const ops::RmsNormParam& p);
+std::unique_ptr<Operation> make_layer_norm(const ops::LayerNormParam& p);
+std::unique_ptr<Operation> make_rope(const ops::RopeParam& p);
+std::unique_ptr<Operation> make_activation(const ops::ActivationParam& p);
+std::unique_ptr<Operation> make_softmax(const ops::SoftmaxParam& p);
+std::unique_ptr<Operation> make_elementwise(const ops::ElementwiseParam& p);
+std::unique_ptr<Operation> make_embedding(const ops::EmbeddingParam& p);
+}  // namespace tboost::ops_internal

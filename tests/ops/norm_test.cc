@@ -1,0 +1,236 @@
+// RmsNorm / LayerNorm: every layer kind, dtype, weight dtype, odd and strided shapes, against
+// the float64 reference; bad input of every kind.
+#include "tests/ops/harness.h"
+
+namespace tboost::testing {
+namespace {
+
+using ops::LayerNormParam;
+using ops::NormLayer;
+using ops::RmsNormParam;
+
+struct NormCfg {
+  bool rms;
+  NormLayer layer;
+  DType dtype;
+  DType wdtype;
+  Shape shape;
+  bool strided;
+  bool plus_one;
+  bool bias;
+  bool stats;
+  int threads;
+};
+
+std::string cfg_name(const NormCfg& c) {
+  std::string s = std::string(c.rms ? "rms_" : "ln_") + ops::norm_layer_name(c.layer) + "_" +
+                  dtype_name(c.dtype) + "_w" + dtype_name(c.wdtype) + "_" + shape_to_string(c.shape);
+  if (c.strided) s += "_strided";
+  if (c.plus_one) s += "_plus1";
+  if (!c.rms && !c.bias) s += "_nobias";
+  if (c.stats) s += "_stats";
+  s += "_t" + std::to_string(c.threads);
+  return s;
+}
+
+OpCase build(const NormCfg& c, Rng& rng) {
+  OpCase oc;
+  const float eps = c.rms ? 1e-6f : 1e-5f;
+  if (c.rms) {
+    oc.param = RmsNormParam{.epsilon = eps, .layer = c.layer, .weight_plus_one = c.plus_one,
+                            .output_stats = c.stats};
+  } else {
+    oc.param = LayerNormParam{.epsilon = eps, .layer = c.layer, .has_bias = c.bias,
+                              .weight_plus_one = c.plus_one, .output_stats = c.stats};
+  }
+  const int64_t C = c.shape.back();
+  // A non-zero mean makes LayerNorm's cancellation visible.
+  oc.inputs.push_back(random_tensor(rng, c.dtype, c.shape, c.strided, -1.0, 3.0));
+  const bool res = c.layer != NormLayer::kNorm;
+  if (res) oc.inputs.push_back(random_tensor(rng, c.dtype, c.shape, c.strided));
+  oc.inputs.push_back(random_tensor(rng, c.wdtype, {C}, false, 0.5, 1.5));
+  const bool bias = !c.rms && c.bias;
+  if (bias) oc.inputs.push_back(random_tensor(rng, c.wdtype, {C}, false));
+  oc.strided_outputs = c.strided;
+  oc.threads = c.threads;
+  oc.reference = [c, res, bias, C, eps](const std::vector<Tensor>& in) {
+    const Vec x = to_f64(in[0]);
+    Vec r;
+    size_t k = 1;
+    if (res) r = to_f64(in[k++]);
+    const Vec w = to_f64(in[k++]);
+    Vec b;
+    if (bias) b = to_f64(in[k]);
+    const int64_t rows = static_cast<int64_t>(x.size()) / C;
+    RefOut y, sum;
+    Vec mean, rstd;
+    kernels::ref::norm(&y, &sum, &mean, &rstd, x, res ? &r : nullptr, w, bias ? &b : nullptr, eps,
+                       rows, C, c.rms, c.plus_one);
+    const double tol = tolerance(c.dtype, C);
+    std::vector<Expected> out = {{y, tol}};
+    if (c.layer == NormLayer::kPreNorm) out.push_back({sum, tolerance(c.dtype)});
+    if (c.stats) {
+      if (!c.rms) out.push_back({RefOut{mean, {}}, tolerance(DType::kF32, C)});
+      // rstd: relative error bounded by the variance's, scaled by |rstd| itself.
+      out.push_back({RefOut{rstd, {}}, tolerance(DType::kF32, C)});
+    }
+    // LayerNorm mean: cancellation-free sum of terms is sum(|x|)/C; use it as the scale.
+    if (c.stats && !c.rms) {
+      RefOut& m = out[out.size() - 2].ref;
+      m.scale.assign(m.value.size(), 0.0);
+      for (size_t i = 0; i < m.value.size(); ++i) {
+        double s = 0;
+        for (int64_t j = 0; j < C; ++j)
+          s += std::abs(x[i * static_cast<size_t>(C) + static_cast<size_t>(j)]) +
+               (res ? std::abs(r[i * static_cast<size_t>(C) + static_cast<size_t>(j)]) : 0.0);
+        m.scale[i] = s / static_cast<double>(C);
+      }
+    }
+    return out;
+  };
+  return oc;
+}
+
+std::vector<CaseSpec> norm_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](NormCfg c) {
+    cases.push_back({cfg_name(c), [c](Rng& rng) { return build(c, rng); }});
+  };
+  for (bool rms : {true, false})
+    for (NormLayer layer : {NormLayer::kNorm, NormLayer::kPreNorm, NormLayer::kPostNorm})
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+        add({rms, layer, dt, dt, {7, 77}, false, false, true, false, 0});
+        add({rms, layer, dt, DType::kF32, {3, 5, 131}, true, false, true, true, 2});
+        add({rms, layer, dt, dt, {2, 3, 2053}, false, true, false, true, 1});
+      }
+  add({true, NormLayer::kNorm, DType::kF32, DType::kF32, {1, 1}, false, false, true, false, 0});
+  add({false, NormLayer::kNorm, DType::kF32, DType::kF32, {64, 4096}, false, false, true, false, 2});
+  add({true, NormLayer::kPreNorm, DType::kBF16, DType::kBF16, {33, 4096}, true, false, true, true, 2});
+  add({true, NormLayer::kNorm, DType::kF32, DType::kF32, {5, 16}, false, true, true, false, 1});
+  return cases;
+}
+
+BadCase bad_base(Rng& rng) {
+  BadCase b;
+  b.param = RmsNormParam{};
+  b.inputs.push_back(random_tensor(rng, DType::kF32, {4, 64}, false));
+  b.inputs.push_back(random_tensor(rng, DType::kF32, {64}, false));
+  b.outputs.push_back(TensorDesc::contiguous(DType::kF32, {4, 64}));
+  return b;
+}
+
+std::vector<BadSpec> norm_bad() {
+  return {
+      {"weight_wrong_shape",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[1] = random_tensor(rng, DType::kF32, {63}, false);
+         b.expect_substring = "input 1 (weight) expected shape [64], got [63]";
+         return b;
+       }},
+      {"wrong_dtype",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[0] = random_tensor(rng, DType::kI32, {4, 64}, false, 1, 5);
+         b.expect_substring = "input 0 (x) expected dtype one of {f32, bf16, f16}, got i32";
+         return b;
+       }},
+      {"wrong_rank_weight",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[1] = random_tensor(rng, DType::kF32, {1, 64}, false);
+         b.expect_substring = "input 1 (weight) expected shape [64], got [1,64]";
+         return b;
+       }},
+      {"null_data",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[0].view = Tensor(b.inputs[0].view.desc(), nullptr);
+         b.expect_substring = "input 0 (x) f32[4,64] has no data pointer";
+         return b;
+       }},
+      {"missing_residual_for_prenorm",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.param = RmsNormParam{.layer = NormLayer::kPreNorm};
+         b.outputs.push_back(TensorDesc::contiguous(DType::kF32, {4, 64}));
+         b.expect_substring = "expected 3 inputs (x, residual, weight for layer PRENORM), got 2";
+         return b;
+       }},
+      {"residual_shape",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.param = RmsNormParam{.layer = NormLayer::kPostNorm};
+         b.inputs.insert(b.inputs.begin() + 1, random_tensor(rng, DType::kF32, {5, 64}, false));
+         b.expect_substring = "input 1 (residual) expected shape [4,64] (same as x), got [5,64]";
+         return b;
+       }},
+      {"negative_epsilon",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.param = RmsNormParam{.epsilon = -1.0f};
+         b.expect_substring = "epsilon must be finite and > 0";
+         return b;
+       }},
+      {"wrong_output_shape",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.outputs[0] = TensorDesc::contiguous(DType::kF32, {4, 65});
+         b.expect_substring = "output 0 (y) expected f32[4,64], got f32[4,65]";
+         return b;
+       }},
+      {"missing_prenorm_sum_output",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.param = RmsNormParam{.layer = NormLayer::kPreNorm};
+         b.inputs.insert(b.inputs.begin() + 1, random_tensor(rng, DType::kF32, {4, 64}, false));
+         b.expect_substring = "expected 2 outputs, got 1";
+         return b;
+       }},
+      {"layernorm_bias_dtype",
+       [](Rng& rng) {
+         BadCase b;
+         b.param = LayerNormParam{};
+         b.inputs.push_back(random_tensor(rng, DType::kBF16, {4, 64}, false));
+         b.inputs.push_back(random_tensor(rng, DType::kF32, {64}, false));
+         b.inputs.push_back(random_tensor(rng, DType::kBF16, {64}, false));
+         b.outputs.push_back(TensorDesc::contiguous(DType::kBF16, {4, 64}));
+         b.expect_substring = "weight and bias must share a dtype, got f32 and bf16";
+         return b;
+       }},
+      {"layernorm_missing_bias",
+       [](Rng& rng) {
+         BadCase b;
+         b.param = LayerNormParam{};
+         b.inputs.push_back(random_tensor(rng, DType::kF32, {4, 64}, false));
+         b.inputs.push_back(random_tensor(rng, DType::kF32, {64}, false));
+         b.outputs.push_back(TensorDesc::contiguous(DType::kF32, {4, 64}));
+         b.expect_substring = "expected 3 inputs (x, weight, bias for layer NORM), got 2";
+         return b;
+       }},
+  };
+}
+
+TBOOST_OP_TESTS(Norm, norm_cases, norm_bad);
+
+TEST(NormOp, UpdateChangesParamsAndReplans) {
+  Rng rng;
+  Context ctx;
+  auto op = create_operation(RmsNormParam{.epsilon = 1e-6f});
+  Buffer x = random_tensor(rng, DType::kF32, {2, 8}, false);
+  Buffer w = random_tensor(rng, DType::kF32, {8}, false);
+  Tensor y = Tensor::empty(DType::kF32, {2, 8});
+  run_operation(*op, {{x.view, w.view}, {y}}, ctx);
+  op->update(RmsNormParam{.epsilon = 1e-6f, .weight_plus_one = true});
+  Tensor y2 = Tensor::empty(DType::kF32, {2, 8});
+  run_operation(*op, {{x.view, w.view}, {y2}}, ctx);
+  for (int64_t i = 0; i < 8; ++i) {
+    const double wi = w.view.get({i});
+    EXPECT_NEAR(y2.get({0, i}), y.get({0, i}) / wi * (wi + 1.0), 1e-4);
+  }
+  EXPECT_THROW(op->update(ops::SoftmaxParam{}), Error);
+  EXPECT_TRUE(std::holds_alternative<RmsNormParam>(op->param()));
+}
+
+}  // namespace
+}  // namespace tboost::testing
