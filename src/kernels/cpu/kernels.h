@@ -70,11 +70,12 @@ struct RopeArgs {
   const void* x = nullptr;
   RowView x_rows;
   const void* positions = nullptr;
+  RowView pos_rows;  // one element per token: positions[pos_rows.offset(token)]
   DType pos_dtype = DType::kI32;
   DType dtype = DType::kF32;
   ops::RopeRotation rotation = ops::RopeRotation::kRotateHalf;
   ops::QkvLayout layout = ops::QkvLayout::kBSND;
-  int64_t heads = 1, seq = 1;  // H, and S for kBNSD (token of row r: see rope.cc)
+  int64_t heads = 1, seq = 1;  // H, and S for kBNSD: row (b,h,s) is token b*S+s; kBSND: row/H
   int64_t head_dim = 0, rotary_dim = 0;
   double theta = 10000.0, scaling = 1.0;
   int threads = 1;

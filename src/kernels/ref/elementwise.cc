@@ -1,2 +1,0 @@
-// STUB
-#include "src/kernels/ref/reference.h"

@@ -1,6 +1,0 @@
-// STUB (to be replaced in this change).
-#include "src/ops/ops.h"
-#include "tboost/core/error.h"
-namespace tboost::ops_internal {
-std::unique_ptr<Operation> make_embedding(const ops::EmbeddingParam&) { TBOOST_THROW(ErrorCode::kUnsupported, "embedding not built"); }
-}
