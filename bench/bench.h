@@ -1,0 +1,73 @@
+// Benchmark support: timing with alternation, the measured machine limits, and result rows.
+//
+// Rules (DESIGN.md "Performance method"): warm-up, median of N with the spread, compared
+// sides alternate A, B, A, B so host drift hits both, and every floor (copy bandwidth, FMA
+// peak) is re-measured in the same run rather than taken from a table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tboost::bench {
+
+struct Timing {
+  double median = 0.0;  // seconds
+  double min = 0.0;
+  double max = 0.0;
+  int runs = 0;
+};
+
+// Times fn until ~budget_s seconds or max_runs runs, after one warm-up call.
+Timing time_fn(const std::function<void()>& fn, double budget_s = 0.4, int max_runs = 50);
+// Times a and b alternately (a, b, a, b, ...) with one warm-up each.
+std::pair<Timing, Timing> time_pair(const std::function<void()>& a, const std::function<void()>& b,
+                                    double budget_s = 0.8, int max_runs = 50);
+
+struct Limits {
+  int threads = 1;
+  double copy_gbps = 0.0;      // read + write bytes / s, normal stores, 256 MiB buffers
+  double fma_gflops = 0.0;     // f32 FMA peak (vector width of the dispatched target)
+  double bf16_gflops = 0.0;    // bf16 dot peak (2x f32 where AVX512_BF16 exists, else f32)
+};
+Limits measure_limits(int threads, bool quick);
+
+// A streaming kernel that reads `reads` arrays and writes `writes` arrays of n floats each,
+// doing nothing but one add per element: the best-case speed of any kernel with the same
+// memory traffic ("copy" baseline).
+void stream_kernel(float* const* outs, int writes, const float* const* ins, int reads, int64_t n,
+                   int threads);
+
+struct Result {
+  std::string name;
+  std::string dtype;
+  int threads = 1;
+  double seconds = 0.0;
+  double spread = 0.0;  // (max - min) / median
+  double bytes = 0.0;   // bytes that must move (each input read once, each output written once)
+  double flops = 0.0;
+  std::optional<double> gbps, gflops;
+  double floor_fraction = 0.0;
+  std::string baseline;  // "unfused", "onednn", "f32", "copy" or empty
+  std::optional<double> speedup_vs_baseline;
+  std::optional<double> bytes_ratio_vs_baseline;
+  std::string note;
+};
+
+struct Options {
+  int threads = 0;  // 0: all cores
+  bool quick = false;
+  std::string filter;  // regex on case names
+};
+
+// Runs every op benchmark whose name matches the filter. `progress` gets each row as it is
+// measured (for streaming output).
+std::vector<Result> run_op_benchmarks(const Options& opt,
+                                      const std::function<void(const Result&)>& progress = {});
+
+std::string results_json(const std::vector<Result>& rows);
+std::string results_table(const std::vector<Result>& rows);
+
+}  // namespace tboost::bench

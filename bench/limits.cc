@@ -1,0 +1,103 @@
+// Measured machine limits: streaming bandwidth with normal stores and the f32 FMA peak.
+//
+// The FMA loop keeps 12 independent accumulator chains per thread: with 4-cycle FMA latency
+// and two FMA pipes, 8 chains already saturate; 12 leave margin for the loop overhead.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bench/limits.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tboost::bench::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Returns flops done; the result feeds `sink` so nothing is optimized away.
+double FmaLoop(int64_t iters, float* sink) {
+  const hn::ScalableTag<float> d;
+  auto a0 = hn::Set(d, 1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+       a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  const auto m = hn::Set(d, 0.999999f), c = hn::Set(d, 1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+    a0 = hn::MulAdd(a0, m, c), a1 = hn::MulAdd(a1, m, c), a2 = hn::MulAdd(a2, m, c);
+    a3 = hn::MulAdd(a3, m, c), a4 = hn::MulAdd(a4, m, c), a5 = hn::MulAdd(a5, m, c);
+    a6 = hn::MulAdd(a6, m, c), a7 = hn::MulAdd(a7, m, c), a8 = hn::MulAdd(a8, m, c);
+    a9 = hn::MulAdd(a9, m, c), a10 = hn::MulAdd(a10, m, c), a11 = hn::MulAdd(a11, m, c);
+  }
+  const auto s = hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)),
+                         hn::Add(hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)),
+                                 hn::Add(hn::Add(a8, a9), hn::Add(a10, a11))));
+  *sink += hn::GetLane(s);
+  return 2.0 * 12.0 * static_cast<double>(hn::Lanes(d)) * static_cast<double>(iters);
+}
+
+void Stream(float* const* outs, int writes, const float* const* ins, int reads, int64_t b,
+            int64_t e) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = b; i + L <= e; i += L) {
+    auto v = hn::LoadU(d, ins[0] + i);
+    for (int k = 1; k < reads; ++k) v = hn::Add(v, hn::LoadU(d, ins[k] + i));
+    for (int k = 0; k < writes; ++k) hn::StoreU(v, d, outs[k] + i);
+  }
+}
+
+}  // namespace tboost::bench::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#include "bench/bench.h"
+#include "tboost/core/cpu_features.h"
+#include "tboost/core/tensor.h"
+
+namespace tboost::bench {
+HWY_EXPORT(FmaLoop);
+HWY_EXPORT(Stream);
+
+void stream_kernel(float* const* outs, int writes, const float* const* ins, int reads, int64_t n,
+                   int threads) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // Split on 64-element boundaries so every thread's range is a vector multiple.
+    const int64_t blocks = n / 64;
+    HWY_DYNAMIC_DISPATCH(Stream)(outs, writes, ins, reads, blocks * t / nt * 64,
+                                 blocks * (t + 1) / nt * 64);
+  }
+}
+
+Limits measure_limits(int threads, bool quick) {
+  Limits l;
+  l.threads = threads;
+  const int64_t n = (quick ? 64ll : 256ll) << 20 >> 2;  // floats per buffer
+  auto a = aligned_buffer(static_cast<size_t>(n) * 4), b = aligned_buffer(static_cast<size_t>(n) * 4);
+  std::memset(a.get(), 0, static_cast<size_t>(n) * 4);
+  std::memset(b.get(), 0, static_cast<size_t>(n) * 4);
+  float* out = static_cast<float*>(b.get());
+  const float* in = static_cast<const float*>(a.get());
+  const Timing tc = time_fn([&] { stream_kernel(&out, 1, &in, 1, n, threads); }, 0.5, 20);
+  l.copy_gbps = 2.0 * 4.0 * static_cast<double>(n) / tc.median / 1e9;
+
+  std::vector<float> sink(static_cast<size_t>(threads) * 16, 0.0f);
+  const int64_t iters = quick ? 2'000'000 : 10'000'000;
+  double flops = 0;
+  const Timing tf = time_fn(
+      [&] {
+        double total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+        total += HWY_DYNAMIC_DISPATCH(FmaLoop)(iters, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
+        flops = total;
+      },
+      0.3, 10);
+  l.fma_gflops = flops / tf.median / 1e9;
+  l.bf16_gflops = cpu_features().avx512_bf16 ? 2.0 * l.fma_gflops : l.fma_gflops;
+  return l;
+}
+
+}  // namespace tboost::bench
+#endif

@@ -1,0 +1,403 @@
+// The op benchmarks behind `tboost bench-ops`.
+//
+// Memory-bound ops are judged against the "copy" baseline: a streaming kernel with the same
+// read and write volume, measured alternately in the same run. Fused chains are measured
+// against their unfused twins built from our own single-purpose ops. Linear is compared with
+// calling oneDNN directly (same pre-packed weights, same threads), and bf16 with f32.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <regex>
+
+#include <dnnl.hpp>
+#include "bench/bench.h"
+#include "tboost/tboost.h"
+
+namespace tboost::bench {
+namespace {
+
+using namespace tboost::ops;
+
+struct Runner {
+  const Options& opt;
+  Context& ctx;
+  Limits lim;
+  std::vector<Result>& rows;
+  const std::function<void(const Result&)>& progress;
+  std::regex re;
+
+  bool want(const std::string& name) const {
+    return opt.filter.empty() || std::regex_search(name, re);
+  }
+  void emit(Result r) {
+    r.threads = ctx.num_threads();
+    if (progress) progress(r);
+    rows.push_back(std::move(r));
+  }
+  double budget() const { return opt.quick ? 0.3 : 1.0; }
+};
+
+// Fills a tensor with values in [lo, hi) from a cheap LCG (never all zeros).
+Tensor filled(DType dt, const Shape& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t = Tensor::empty(dt, shape);
+  const int64_t n = t.numel();
+  std::vector<float> tmp(static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(n, 1 << 20))));
+  uint32_t s = seed * 2654435761u + 12345u;
+  for (auto& v : tmp) {
+    s = s * 1664525u + 1013904223u;
+    v = lo + (hi - lo) * static_cast<float>(s >> 8) / 16777216.0f;
+  }
+  for (int64_t i = 0; i < n; i += static_cast<int64_t>(tmp.size())) {
+    const int64_t m = std::min<int64_t>(static_cast<int64_t>(tmp.size()), n - i);
+    convert(static_cast<char*>(t.data()) + i * static_cast<int64_t>(dtype_size(dt)), dt, tmp.data(),
+            DType::kF32, m);
+  }
+  return t;
+}
+
+// A prepared op call: create + setup once; the timed loop only executes.
+struct Call {
+  std::unique_ptr<Operation> op;
+  VariantPack pack;
+  std::shared_ptr<void> ws;
+  size_t ws_size = 0;
+  Call(const AnyParam& p, std::vector<Tensor> in, std::vector<Tensor> out, Context& ctx)
+      : op(create_operation(p)), pack{std::move(in), std::move(out)} {
+    ws_size = op->setup(pack, ctx);
+    if (ws_size) ws = aligned_buffer(ws_size);
+  }
+  void operator()(Context& ctx) { op->execute(pack, ws.get(), ws_size, ctx); }
+};
+
+double spread(const Timing& t) { return (t.max - t.min) / t.median; }
+
+// ---- memory-bound ops against the copy baseline ------------------------------------------
+
+// `reads` input arrays and `writes` output arrays of `array_bytes` each: the traffic of the op.
+void memory_bound_case(Runner& R, const std::string& name, DType dt, int reads, int writes,
+                       double array_bytes, const std::function<void()>& run,
+                       const std::string& note = "") {
+  const int64_t n = static_cast<int64_t>(array_bytes / 4) / 64 * 64;
+  std::vector<Tensor> ins, outs;
+  std::vector<const float*> ip;
+  std::vector<float*> op;
+  for (int k = 0; k < reads; ++k) {
+    ins.push_back(filled(DType::kF32, {n}, 7 + static_cast<uint32_t>(k)));
+    ip.push_back(ins.back().data_as<float>());
+  }
+  for (int k = 0; k < writes; ++k) {
+    outs.push_back(Tensor::zeros(DType::kF32, {n}));
+    op.push_back(outs.back().data_as<float>());
+  }
+  const int threads = R.ctx.num_threads();
+  const auto [ours, copy] = time_pair(
+      run, [&] { stream_kernel(op.data(), writes, ip.data(), reads, n, threads); }, R.budget());
+  Result r;
+  r.name = name;
+  r.dtype = dtype_name(dt);
+  r.seconds = ours.median;
+  r.spread = spread(ours);
+  r.bytes = array_bytes * (reads + writes);
+  r.gbps = r.bytes / ours.median / 1e9;
+  r.floor_fraction = (r.bytes / (R.lim.copy_gbps * 1e9)) / ours.median;
+  r.baseline = "copy";
+  r.speedup_vs_baseline = copy.median / ours.median;
+  r.bytes_ratio_vs_baseline = 1.0;
+  r.note = note;
+  R.emit(r);
+}
+
+void memory_bound_ops(Runner& R) {
+  // 64 MiB f32 activations (the 64-256 MB range), 16 MiB in quick mode.
+  const int64_t C = 4096;
+  const int64_t rows = (R.opt.quick ? 16ll << 20 : 64ll << 20) / (C * 4);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const double es = static_cast<double>(dtype_size(dt));
+    const double arr = static_cast<double>(rows * C) * es;
+    const std::string sfx = std::string("_") + dtype_name(dt);
+    const std::string shape = "[" + std::to_string(rows) + "," + std::to_string(C) + "]";
+    if (R.want("rmsnorm" + sfx)) {
+      Tensor x = filled(dt, {rows, C}, 1), w = filled(dt, {C}, 2), y = Tensor::empty(dt, {rows, C});
+      Call c(RmsNormParam{}, {x, w}, {y}, R.ctx);
+      memory_bound_case(R, "rmsnorm" + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); });
+    }
+    if (R.want("layernorm" + sfx)) {
+      Tensor x = filled(dt, {rows, C}, 1), w = filled(dt, {C}, 2), b = filled(dt, {C}, 3);
+      Tensor y = Tensor::empty(dt, {rows, C});
+      Call c(LayerNormParam{}, {x, w, b}, {y}, R.ctx);
+      memory_bound_case(R, "layernorm" + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); });
+    }
+    if (R.want("rope" + sfx)) {
+      const int64_t H = 32, D = 128, T = rows * C / (H * D);
+      Tensor x = filled(dt, {T, H, D}, 1), y = Tensor::empty(dt, {T, H, D});
+      Tensor pos = Tensor::empty(DType::kI32, {T});
+      for (int64_t i = 0; i < T; ++i) pos.data_as<int32_t>()[i] = static_cast<int32_t>(i);
+      Call c(RopeParam{}, {x, pos}, {y}, R.ctx);
+      memory_bound_case(R, "rope" + sfx + "[" + std::to_string(T) + ",32,128]", dt, 1, 1, arr,
+                        [&] { c(R.ctx); });
+    }
+    const std::pair<ActivationType, const char*> acts[] = {
+        {ActivationType::kSilu, "silu"},
+        {ActivationType::kGeluTanh, "gelu_tanh"},
+        {ActivationType::kGeluErf, "gelu_erf"},
+        {ActivationType::kRelu, "relu"}};
+    for (const auto& [t, nm] : acts) {
+      if (!R.want(std::string(nm) + sfx)) continue;
+      Tensor x = filled(dt, {rows, C}, 1, -4, 4), y = Tensor::empty(dt, {rows, C});
+      Call c(ActivationParam{.type = t}, {x}, {y}, R.ctx);
+      memory_bound_case(R, nm + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); },
+                        t == ActivationType::kGeluErf || dt != DType::kF32
+                            ? "reported, not judged (may be compute-bound)"
+                            : "");
+    }
+    if (R.want("swiglu" + sfx)) {
+      Tensor x = filled(dt, {rows, 2 * C}, 1, -4, 4), y = Tensor::empty(dt, {rows, C});
+      Call c(ActivationParam{.type = ActivationType::kSwiGlu}, {x}, {y}, R.ctx);
+      memory_bound_case(R, "swiglu" + sfx + "[" + std::to_string(rows) + "," + std::to_string(2 * C) + "]",
+                        dt, 2, 1, arr, [&] { c(R.ctx); });
+    }
+    if (R.want("softmax" + sfx)) {
+      Tensor x = filled(dt, {rows, C}, 1, -4, 4), y = Tensor::empty(dt, {rows, C});
+      Call c(SoftmaxParam{}, {x}, {y}, R.ctx);
+      memory_bound_case(R, "softmax" + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); },
+                        "reported, not judged");
+    }
+  }
+}
+
+// ---- fused vs unfused --------------------------------------------------------------------
+
+void fused_pair(Runner& R, const std::string& name, DType dt, double fused_bytes,
+                double unfused_bytes, double flops, const std::function<void()>& fused,
+                const std::function<void()>& unfused) {
+  const auto [f, u] = time_pair(fused, unfused, R.budget());
+  Result r;
+  r.name = name;
+  r.dtype = dtype_name(dt);
+  r.seconds = f.median;
+  r.spread = spread(f);
+  r.bytes = fused_bytes;
+  r.flops = flops;
+  r.gbps = fused_bytes / f.median / 1e9;
+  if (flops > 0) r.gflops = flops / f.median / 1e9;
+  const double peak = dt == DType::kBF16 ? R.lim.bf16_gflops : R.lim.fma_gflops;
+  const double floor_s = std::max(fused_bytes / (R.lim.copy_gbps * 1e9), flops / (peak * 1e9));
+  r.floor_fraction = floor_s / f.median;
+  r.baseline = "unfused";
+  r.speedup_vs_baseline = u.median / f.median;
+  r.bytes_ratio_vs_baseline = fused_bytes / unfused_bytes;
+  r.note = "unfused " + std::to_string(u.median * 1e3) + " ms";
+  R.emit(r);
+}
+
+void fused_chains(Runner& R) {
+  const int64_t C = 4096;
+  const int64_t rows = (R.opt.quick ? 16ll << 20 : 64ll << 20) / (C * 4);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const std::string sfx = std::string("_") + dtype_name(dt);
+    const double N = static_cast<double>(rows * C) * static_cast<double>(dtype_size(dt));
+    if (R.want("fused_add_rmsnorm" + sfx)) {
+      Tensor x = filled(dt, {rows, C}, 1), res = filled(dt, {rows, C}, 2), w = filled(dt, {C}, 3);
+      Tensor y = Tensor::empty(dt, {rows, C}), sum = Tensor::empty(dt, {rows, C});
+      Call fused(RmsNormParam{.layer = NormLayer::kPreNorm}, {x, res, w}, {y, sum}, R.ctx);
+      Call add(ElementwiseParam{.type = ElementwiseType::kAdd}, {x, res}, {sum}, R.ctx);
+      Call norm(RmsNormParam{}, {sum, w}, {y}, R.ctx);
+      // fused: read x, res; write y, sum. unfused: add reads 2, writes 1; norm reads 1, writes 1.
+      fused_pair(R, "fused_add_rmsnorm" + sfx + "[" + std::to_string(rows) + ",4096]", dt, 4 * N,
+                 5 * N, 0, [&] { fused(R.ctx); },
+                 [&] {
+                   add(R.ctx);
+                   norm(R.ctx);
+                 });
+    }
+    if (R.want("fused_silu_mul" + sfx)) {
+      Tensor x = filled(dt, {rows, 2 * C}, 1, -4, 4), y = Tensor::empty(dt, {rows, C});
+      Tensor t = Tensor::empty(dt, {rows, C});
+      Call fused(ActivationParam{.type = ActivationType::kSwiGlu}, {x}, {y}, R.ctx);
+      Call silu(ActivationParam{.type = ActivationType::kSilu}, {x.slice(1, 0, C)}, {t}, R.ctx);
+      Call mul(ElementwiseParam{.type = ElementwiseType::kMul}, {t, x.slice(1, C, C)}, {y}, R.ctx);
+      // fused: read gate, up; write y. unfused: silu reads 1 writes 1; mul reads 2 writes 1.
+      fused_pair(R, "fused_silu_mul_swiglu" + sfx + "[" + std::to_string(rows) + ",8192]", dt,
+                 3 * N, 5 * N, 0, [&] { fused(R.ctx); },
+                 [&] {
+                   silu(R.ctx);
+                   mul(R.ctx);
+                 });
+    }
+    const int64_t M = 512, K = 768, F = 3072;
+    const double es = static_cast<double>(dtype_size(dt));
+    if (R.want("fused_linear_bias_gelu" + sfx)) {
+      Tensor x = filled(dt, {M, K}, 1), w = filled(dt, {F, K}, 2, -0.05f, 0.05f), b = filled(dt, {F}, 3);
+      Tensor y = Tensor::empty(dt, {M, F}), t1 = Tensor::empty(dt, {M, F}), t2 = Tensor::empty(dt, {M, F});
+      Call fused(LinearParam{.has_bias = true, .activation = Activation::kGeluTanh}, {x, w, b}, {y},
+                 R.ctx);
+      Call mm(LinearParam{}, {x, w}, {t1}, R.ctx);
+      Call add(ElementwiseParam{.type = ElementwiseType::kAdd}, {t1, b}, {t2}, R.ctx);
+      Call gelu(ActivationParam{.type = ActivationType::kGeluTanh}, {t2}, {y}, R.ctx);
+      const double io = es * static_cast<double>(M * K + F * K + F);
+      const double mf = es * static_cast<double>(M * F);
+      fused_pair(R, "fused_linear_bias_gelu" + sfx + "[512x768x3072]", dt, io + mf,
+                 io + mf + 2 * mf + 2 * mf, 2.0 * M * K * F, [&] { fused(R.ctx); },
+                 [&] {
+                   mm(R.ctx);
+                   add(R.ctx);
+                   gelu(R.ctx);
+                 });
+    }
+    if (R.want("fused_gate_up_swiglu" + sfx)) {
+      const int64_t FF = 2048;
+      Tensor x = filled(dt, {M, K}, 1), wgu = filled(dt, {2 * FF, K}, 2, -0.05f, 0.05f);
+      Tensor wg = wgu.slice(0, 0, FF), wu = wgu.slice(0, FF, FF);
+      Tensor gu = Tensor::empty(dt, {M, 2 * FF}), y = Tensor::empty(dt, {M, FF});
+      Tensor g = Tensor::empty(dt, {M, FF}), u = Tensor::empty(dt, {M, FF}), s = Tensor::empty(dt, {M, FF});
+      Call lin(LinearParam{}, {x, wgu}, {gu}, R.ctx);
+      Call glu(ActivationParam{.type = ActivationType::kSwiGlu}, {gu}, {y}, R.ctx);
+      Call lg(LinearParam{}, {x, wg}, {g}, R.ctx);
+      Call lu(LinearParam{}, {x, wu}, {u}, R.ctx);
+      Call silu(ActivationParam{.type = ActivationType::kSilu}, {g}, {s}, R.ctx);
+      Call mul(ElementwiseParam{.type = ElementwiseType::kMul}, {s, u}, {y}, R.ctx);
+      const double mf = es * static_cast<double>(M * FF);
+      const double xw = es * static_cast<double>(M * K + 2 * FF * K);
+      // fused: x once, both weights, write gu (2mf), SwiGLU reads 2mf writes mf.
+      // unfused: x twice, weights, write g and u (2mf), silu 2mf, mul 3mf.
+      fused_pair(R, "fused_gate_up_swiglu" + sfx + "[512x768x2x2048]", dt, xw + 5 * mf,
+                 xw + es * M * K + 7 * mf, 2.0 * M * K * 2 * FF, [&] {
+                   lin(R.ctx);
+                   glu(R.ctx);
+                 },
+                 [&] {
+                   lg(R.ctx);
+                   lu(R.ctx);
+                   silu(R.ctx);
+                   mul(R.ctx);
+                 });
+    }
+  }
+}
+
+// ---- Linear vs oneDNN called directly, and bf16 vs f32 -----------------------------------
+
+struct DirectMatmul {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  dnnl::matmul prim;
+  dnnl::memory src, wts, dst;
+  bool ok = false;
+  DirectMatmul(const Tensor& x, const Tensor& w, Tensor& y) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dt t = x.dtype() == DType::kBF16 ? dt::bf16 : dt::f32;
+    const dnnl::memory::dim M = x.dim(0), K = x.dim(1), N = w.dim(0);
+    dnnl::memory::desc a({M, K}, t, tag::ab), b_any({K, N}, t, tag::any), c({M, N}, t, tag::ab);
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b_any, c), eng);
+      prim = dnnl::matmul(pd);
+      src = dnnl::memory(a, eng, x.data());
+      dst = dnnl::memory(c, eng, y.data());
+      // Weight (N, K) row-major is (K, N) with tag ba; pack once into the primitive's layout.
+      dnnl::memory plain({{K, N}, t, tag::ba}, eng, w.data());
+      wts = dnnl::memory(pd.weights_desc(), eng);
+      dnnl::reorder(plain, wts).execute(strm, plain, wts);
+      strm.wait();
+      ok = true;
+    } catch (const dnnl::error&) {
+      ok = false;
+    }
+  }
+  void operator()() {
+    prim.execute(strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wts}, {DNNL_ARG_DST, dst}});
+    strm.wait();
+  }
+};
+
+void linear_cases(Runner& R) {
+  struct Shp {
+    int64_t M, K, N;
+  };
+  const Shp shapes[] = {{512, 768, 3072}, {512, 4096, 4096}};
+  omp_set_num_threads(R.ctx.num_threads());
+  for (const Shp& s : shapes) {
+    const std::string shape = "[" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" +
+                              std::to_string(s.N) + "]";
+    const double flops = 2.0 * static_cast<double>(s.M * s.K * s.N);
+    std::optional<Timing> f32_time;
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const std::string name = std::string("linear_") + dtype_name(dt) + shape;
+      if (!R.want(name) && !(dt == DType::kF32 && R.want(std::string("linear_bf16") + shape))) continue;
+      Tensor x = filled(dt, {s.M, s.K}, 1), w = filled(dt, {s.N, s.K}, 2, -0.05f, 0.05f);
+      Tensor y = Tensor::empty(dt, {s.M, s.N}), y2 = Tensor::empty(dt, {s.M, s.N});
+      Call ours(LinearParam{}, {x, w}, {y}, R.ctx);
+      DirectMatmul direct(x, w, y2);
+      const double peak = dt == DType::kBF16 ? R.lim.bf16_gflops : R.lim.fma_gflops;
+      const double es = static_cast<double>(dtype_size(dt));
+      Result r;
+      r.name = name;
+      r.dtype = dtype_name(dt);
+      r.flops = flops;
+      r.bytes = es * static_cast<double>(s.M * s.K + s.K * s.N + s.M * s.N);
+      if (direct.ok) {
+        const auto [o, d] = time_pair([&] { ours(R.ctx); }, [&] { direct(); }, R.budget());
+        r.seconds = o.median;
+        r.spread = spread(o);
+        r.baseline = "onednn";
+        r.speedup_vs_baseline = d.median / o.median;
+        r.bytes_ratio_vs_baseline = 1.0;
+        if (dt == DType::kF32) f32_time = o;
+      } else {
+        const Timing o = time_fn([&] { ours(R.ctx); }, R.budget());
+        r.seconds = o.median;
+        r.spread = spread(o);
+        r.note = "oneDNN has no " + std::string(dtype_name(dt)) +
+                 " matmul on this CPU; ours: " + ours.op->impl_info();
+      }
+      r.gflops = flops / r.seconds / 1e9;
+      r.floor_fraction = std::max(flops / (peak * 1e9), r.bytes / (R.lim.copy_gbps * 1e9)) / r.seconds;
+      if (R.want(name)) R.emit(r);
+      if (dt == DType::kBF16 && f32_time) {
+        Result b = r;
+        b.name = std::string("linear_bf16_vs_f32") + shape;
+        b.baseline = "f32";
+        b.speedup_vs_baseline = f32_time->median / r.seconds;
+        b.bytes_ratio_vs_baseline = 0.5;
+        b.note = "f32 measured earlier in the same run; ours bf16: " + ours.op->impl_info();
+        R.emit(b);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Result> run_op_benchmarks(const Options& opt,
+                                      const std::function<void(const Result&)>& progress) {
+  ContextOptions co;
+  co.num_threads = opt.threads;
+  Context ctx(co);
+  std::vector<Result> rows;
+  Runner R{opt, ctx, {}, rows, progress, std::regex(opt.filter.empty() ? "." : opt.filter)};
+  R.lim = measure_limits(ctx.num_threads(), opt.quick);
+  if (R.want("limits")) {
+    Result c;
+    c.name = "limits_copy_256MiB";
+    c.dtype = "f32";
+    c.gbps = R.lim.copy_gbps;
+    c.floor_fraction = 1.0;
+    c.note = "read + write bytes per second, normal stores";
+    R.emit(c);
+    Result f;
+    f.name = "limits_fma_peak";
+    f.dtype = "f32";
+    f.gflops = R.lim.fma_gflops;
+    f.floor_fraction = 1.0;
+    f.note = "isa " + Context::kernel_isa();
+    R.emit(f);
+  }
+  memory_bound_ops(R);
+  fused_chains(R);
+  linear_cases(R);
+  return rows;
+}
+
+}  // namespace tboost::bench

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds and runs the whole test suite: the release build, the
+# same tests under AddressSanitizer + UBSan, a smoke run of the benchmark CLI, and an
+# engine-style consumer built against the installed package (find_package(tboost)).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install_deps.sh
+JOBS="${TBOOST_JOBS:-2}"
+
+echo "== release build + tests"
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$JOBS"
+ctest --preset release -j 1
+
+echo "== bench CLI smoke run"
+./build/release/tools/tboost/tboost bench-ops --quick --filter 'limits|rmsnorm_f32' --json >/dev/null
+
+echo "== install + consumer example"
+rm -rf build/install build/consumer
+cmake --install build/release --prefix build/install >/dev/null
+cmake -S examples/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
+cmake --build build/consumer
+./build/consumer/consumer
+
+echo "== AddressSanitizer + UBSan build + tests"
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --preset asan -j 1

@@ -1,0 +1,104 @@
+// Tensor views, Context, errors and the Operation contract's generic behaviour.
+#include <gtest/gtest.h>
+
+#include "tboost/tboost.h"
+
+namespace tboost {
+namespace {
+
+TEST(Tensor, ViewsShareStorageAndKeepStrides) {
+  Tensor t = Tensor::zeros(DType::kF32, {4, 6});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+  Tensor s = t.slice(1, 2, 3);
+  EXPECT_EQ(s.shape(), (Shape{4, 3}));
+  EXPECT_EQ(s.stride(0), 6);
+  EXPECT_FALSE(s.is_contiguous());
+  s.set({1, 0}, 7.0);
+  EXPECT_EQ(t.get({1, 2}), 7.0);
+  Tensor tr = t.transpose(0, 1);
+  EXPECT_EQ(tr.get({2, 1}), 7.0);
+  Tensor c = s.contiguous_copy();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_EQ(c.get({1, 0}), 7.0);
+  EXPECT_EQ(t.reshape({24}).get({8}), 7.0);
+}
+
+TEST(Tensor, BadViewsThrowClearErrors) {
+  Tensor t = Tensor::zeros(DType::kF32, {4, 6});
+  EXPECT_THROW(t.slice(1, 4, 3), Error);
+  EXPECT_THROW(t.slice(2, 0, 1), Error);
+  EXPECT_THROW(t.reshape({5, 5}), Error);
+  EXPECT_THROW(t.slice(1, 0, 3).reshape({12}), Error);
+  EXPECT_THROW(TensorDesc::contiguous(DType::kF32, Shape(9, 1)), Error);
+  try {
+    t.get({4, 0});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index [4,0] out of range for [4,6]"), std::string::npos);
+  }
+}
+
+TEST(Context, ThreadsWorkspaceAndReport) {
+  Context ctx;
+  EXPECT_GE(ctx.num_threads(), 1);
+  EXPECT_EQ(ctx.num_threads(), available_cores());
+  ctx.set_num_threads(1);
+  EXPECT_EQ(ctx.num_threads(), 1);
+  EXPECT_THROW(ctx.set_num_threads(-1), Error);
+  void* w = ctx.workspace(1000);
+  EXPECT_NE(w, nullptr);
+  EXPECT_GE(ctx.workspace_capacity(), 1000u);
+  const std::string r = ctx.report();
+  EXPECT_NE(r.find("highway target"), std::string::npos);
+  EXPECT_NE(r.find("onednn"), std::string::npos);
+  const CpuFeatures& f = cpu_features();
+  EXPECT_GE(f.l1d_bytes, 16 << 10);
+  EXPECT_LE(f.l3_bytes, 64 << 20);  // clamped even where a VM reports 508 MiB
+  ContextOptions pinned;
+  pinned.pin_threads = true;
+  Context pc(pinned);
+  EXPECT_NE(pc.report().find("pinned"), std::string::npos);
+  ContextOptions cuda;
+  cuda.device = Device::kCUDA;
+  EXPECT_THROW(Context bad(cuda), Error);
+}
+
+TEST(Context, DenormalGuardFlushes) {
+  volatile float tiny = 1e-39f;  // denormal
+  {
+    DenormalGuard g(true);
+    volatile float r = tiny * 1.0f;
+    EXPECT_EQ(r, 0.0f);
+  }
+  volatile float r = tiny * 1.0f;
+  EXPECT_NE(r, 0.0f);
+}
+
+TEST(Operation, WorkspaceTooSmallAndUnknownKernelAreErrors) {
+  Context ctx;
+  auto op = create_operation(ops::RmsNormParam{});
+  Tensor x = Tensor::zeros(DType::kF32, {2, 8});
+  Tensor w = Tensor::zeros(DType::kF32, {8});
+  Tensor y = Tensor::zeros(DType::kF32, {2, 8});
+  VariantPack pack{{x, w}, {y}};
+  EXPECT_EQ(op->setup(pack, ctx), 0u);
+  // Executing with a different pack re-validates: a bad shape is caught at execute too.
+  Tensor y_bad = Tensor::zeros(DType::kF32, {2, 9});
+  EXPECT_THROW(op->execute({{x, w}, {y_bad}}, nullptr, 0, ctx), Error);
+  EXPECT_NO_THROW(op->execute(pack, nullptr, 0, ctx));
+}
+
+TEST(Error, CarriesCodeAndLocation) {
+  try {
+    TBOOST_CHECK_EQ(1 + 1, 3, "arithmetic");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("(2 vs 3)"), std::string::npos) << m;
+    EXPECT_NE(m.find("tensor_test.cc"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace tboost
