@@ -1,0 +1,495 @@
+// Linear: every dtype, activation, bias dtype, layout flag (transpose_a/b, constant_weight),
+// odd sizes, decode-sized M = 1, batched and strided operands (uniform rows go to oneDNN with
+// strides, non-uniform ones through the workspace), against the float64 reference; bad input
+// of every kind; weight changes, in-place residual, re-planning on update and thread changes.
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
+#include "tests/ops/harness.h"
+
+namespace tboost::testing {
+namespace {
+
+using ops::Activation;
+using ops::LinearParam;
+
+struct LinCfg {
+  DType dtype = DType::kF32;
+  Shape x;  // as stored: (..., K), or (K, M) with transpose_a
+  int64_t N = 0;
+  bool ta = false, tb = true;
+  bool bias = false;
+  DType bias_dtype = DType::kF32;
+  Activation act = Activation::kNone;
+  bool res = false;
+  bool constw = true;
+  bool strided_in = false, strided_out = false;
+  int threads = 0;
+};
+
+std::string cfg_name(const LinCfg& c) {
+  std::string s = std::string(dtype_name(c.dtype)) + "_x" + shape_to_string(c.x) + "_N" +
+                  std::to_string(c.N) + "_" + ops::activation_name(c.act);
+  if (c.ta) s += "_ta";
+  if (!c.tb) s += "_notb";
+  if (c.bias) s += std::string("_bias") + dtype_name(c.bias_dtype);
+  if (c.res) s += "_res";
+  if (!c.constw) s += "_varw";
+  if (c.strided_in) s += "_sin";
+  if (c.strided_out) s += "_sout";
+  s += "_t" + std::to_string(c.threads);
+  return s;
+}
+
+// (rows, cols) row-major -> (cols, rows) row-major.
+Vec transposed(const Vec& a, int64_t rows, int64_t cols) {
+  Vec t(a.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      t[static_cast<size_t>(c * rows + r)] = a[static_cast<size_t>(r * cols + c)];
+  return t;
+}
+
+OpCase build(const LinCfg& c, Rng& rng) {
+  OpCase oc;
+  oc.param = LinearParam{.transpose_a = c.ta,
+                         .transpose_b = c.tb,
+                         .has_bias = c.bias,
+                         .activation = c.act,
+                         .has_residual = c.res,
+                         .constant_weight = c.constw};
+  const int64_t K = c.ta ? c.x[0] : c.x.back();
+  Shape ys = c.x;
+  if (c.ta)
+    ys = {c.x[1], c.N};
+  else
+    ys.back() = c.N;
+  const int64_t M = c.ta ? c.x[1] : [&] {
+    int64_t m = 1;
+    for (size_t i = 0; i + 1 < c.x.size(); ++i) m *= c.x[i];
+    return m;
+  }();
+  oc.inputs.push_back(random_tensor(rng, c.dtype, c.x, c.strided_in));
+  const Shape ws = c.tb ? Shape{c.N, K} : Shape{K, c.N};
+  oc.inputs.push_back(random_tensor(rng, c.dtype, ws, c.strided_in));
+  if (c.bias) oc.inputs.push_back(random_tensor(rng, c.bias_dtype, {c.N}, false));
+  if (c.res) oc.inputs.push_back(random_tensor(rng, c.dtype, ys, c.strided_in));
+  oc.strided_outputs = c.strided_out;
+  oc.threads = c.threads;
+  oc.reference = [c, K, M](const std::vector<Tensor>& in) {
+    Vec x = to_f64(in[0]);
+    if (c.ta) x = transposed(x, K, M);
+    Vec w = to_f64(in[1]);
+    if (!c.tb) w = transposed(w, K, c.N);
+    size_t k = 2;
+    Vec b, r;
+    if (c.bias) b = to_f64(in[k++]);
+    if (c.res) r = to_f64(in[k]);
+    RefOut y;
+    kernels::ref::linear(&y, x, w, b, r, M, K, c.N, c.act);
+    return std::vector<Expected>{{y, tolerance(c.dtype, K)}};
+  };
+  return oc;
+}
+
+std::vector<CaseSpec> linear_cases() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](LinCfg c) {
+    cases.push_back({cfg_name(c), [c](Rng& rng) { return build(c, rng); }});
+  };
+  // One case per line reads better than one field per line.
+  // clang-format off
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    // Odd sizes, bias in x's dtype, residual.
+    add({.dtype = dt, .x = {7, 33}, .N = 65, .bias = true, .bias_dtype = dt,
+         .act = Activation::kGeluErf, .res = true});
+    // Batched rank 3, strided everything (non-uniform rows: the staging path), f32 bias.
+    add({.dtype = dt, .x = {2, 5, 64}, .N = 96, .bias = true, .act = Activation::kSilu,
+         .res = true, .constw = false, .strided_in = true, .strided_out = true, .threads = 2});
+    add({.dtype = dt, .x = {2, 5, 64}, .N = 96, .act = Activation::kRelu, .res = true,
+         .strided_in = true, .strided_out = false, .threads = 1});
+    // Decode: M = 1 (GEMV), long reduction.
+    add({.dtype = dt, .x = {1, 2048}, .N = 96, .bias = true, .act = Activation::kSilu});
+    add({.dtype = dt, .x = {1, 1, 130}, .N = 70, .res = true, .constw = false});
+    // Weight as (K, N).
+    add({.dtype = dt, .x = {7, 33}, .N = 65, .tb = false, .act = Activation::kRelu});
+    add({.dtype = dt, .x = {7, 33}, .N = 65, .tb = false, .bias = true, .res = true,
+         .constw = false, .strided_in = true, .strided_out = true});
+    // x as (K, M).
+    add({.dtype = dt, .x = {33, 7}, .N = 65, .ta = true, .bias = true, .bias_dtype = dt,
+         .act = Activation::kGeluTanh, .res = true, .strided_in = true, .strided_out = true});
+    add({.dtype = dt, .x = {40, 9}, .N = 17, .ta = true, .tb = false, .constw = false});
+  }
+  // Every activation, with and without packing, rank-2 strided (uniform rows: strides given to
+  // oneDNN directly; the residual's row stride then equals y's).
+  for (Activation a : {Activation::kNone, Activation::kRelu, Activation::kGeluErf,
+                       Activation::kGeluTanh, Activation::kSilu})
+    for (bool constw : {true, false}) {
+      add({.dtype = DType::kF32, .x = {5, 40}, .N = 24, .bias = true, .act = a, .res = true,
+           .constw = constw, .strided_in = true, .strided_out = true, .threads = 1});
+      add({.dtype = DType::kBF16, .x = {3, 4, 24}, .N = 40, .bias = true, .act = a,
+           .constw = constw, .threads = 2});
+    }
+  // Residual strided, y contiguous: the residual is staged with y's leading dim.
+  add({.dtype = DType::kF32, .x = {6, 20}, .N = 30, .res = true, .strided_in = true});
+  // y strided (uniform), residual contiguous.
+  add({.dtype = DType::kF32, .x = {6, 20}, .N = 30, .act = Activation::kSilu, .res = true,
+       .strided_out = true});
+  // Edge sizes: K = 1, N = 1, M = 1 transposed, rank-1 x, rank-4 strided x.
+  add({.dtype = DType::kF32, .x = {33, 1}, .N = 20, .ta = true, .bias = true, .res = true,
+       .strided_in = true});
+  add({.dtype = DType::kF32, .x = {3, 1}, .N = 5, .bias = true});
+  add({.dtype = DType::kF32, .x = {4, 17}, .N = 1, .bias = true, .res = true});
+  add({.dtype = DType::kBF16, .x = {4, 17}, .N = 1, .tb = false, .res = true, .constw = false});
+  add({.dtype = DType::kF32, .x = {33}, .N = 10, .act = Activation::kGeluErf});
+  add({.dtype = DType::kF16, .x = {33}, .N = 10, .bias = true, .bias_dtype = DType::kF16});
+  add({.dtype = DType::kF32, .x = {2, 3, 4, 16}, .N = 8, .bias = true, .res = true,
+       .strided_in = true, .strided_out = true});
+  // Larger, threaded.
+  add({.dtype = DType::kF32, .x = {64, 256}, .N = 192, .bias = true,
+       .act = Activation::kGeluTanh, .res = true, .threads = 2});
+  add({.dtype = DType::kBF16, .x = {2, 32, 256}, .N = 160, .bias = true,
+       .bias_dtype = DType::kBF16, .act = Activation::kSilu, .res = true, .threads = 2});
+  // clang-format on
+  return cases;
+}
+
+BadCase bad_base(Rng& rng, LinearParam p = {}) {
+  BadCase b;
+  b.param = p;
+  b.inputs.push_back(random_tensor(rng, DType::kF32, {4, 768}, false));
+  b.inputs.push_back(random_tensor(rng, DType::kF32, {64, 768}, false));
+  if (p.has_bias) b.inputs.push_back(random_tensor(rng, DType::kF32, {64}, false));
+  if (p.has_residual) b.inputs.push_back(random_tensor(rng, DType::kF32, {4, 64}, false));
+  b.outputs.push_back(TensorDesc::contiguous(DType::kF32, {4, 64}));
+  return b;
+}
+
+std::vector<BadSpec> linear_bad() {
+  return {
+      {"k_mismatch",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[1] = random_tensor(rng, DType::kF32, {64, 767}, false);
+         b.expect_substring = "input 1 (weight) expected dim 1 = 768 (K of x), got 767";
+         b.expect_code = ErrorCode::kShapeMismatch;
+         b.check_code = true;
+         return b;
+       }},
+      {"k_mismatch_not_transposed",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng, {.transpose_b = false});
+         b.inputs[1] = random_tensor(rng, DType::kF32, {64, 768}, false);
+         b.expect_substring = "input 1 (weight) expected dim 0 = 768 (K of x), got 64";
+         return b;
+       }},
+      {"weight_rank",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[1] = random_tensor(rng, DType::kF32, {2, 32, 768}, false);
+         b.expect_substring = "input 1 (weight) expected rank 2, got rank 3";
+         return b;
+       }},
+      {"bias_shape",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng, {.has_bias = true});
+         b.inputs[2] = random_tensor(rng, DType::kF32, {63}, false);
+         b.expect_substring = "input 2 (bias) expected shape [64], got [63]";
+         return b;
+       }},
+      {"bias_dtype",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng, {.has_bias = true});
+         b.inputs[2] = random_tensor(rng, DType::kBF16, {64}, false);
+         b.expect_substring = "input 2 (bias) expected dtype f32, got bf16";
+         b.expect_code = ErrorCode::kDTypeMismatch;
+         b.check_code = true;
+         return b;
+       }},
+      {"residual_shape",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng, {.has_residual = true});
+         b.inputs[2] = random_tensor(rng, DType::kF32, {4, 65}, false);
+         b.expect_substring = "input 2 (residual) expected shape [4,64] (same as y), got [4,65]";
+         return b;
+       }},
+      {"residual_dtype",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng, {.has_bias = true, .has_residual = true});
+         b.inputs[3] = random_tensor(rng, DType::kBF16, {4, 64}, false);
+         b.expect_substring = "input 3 (residual) expected dtype f32 (same as y), got bf16";
+         return b;
+       }},
+      {"missing_residual",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.param = LinearParam{.has_residual = true};
+         b.expect_substring = "expected 3 inputs (x, weight, residual), got 2";
+         return b;
+       }},
+      {"weight_dtype",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[1] = random_tensor(rng, DType::kBF16, {64, 768}, false);
+         b.expect_substring = "input 1 (weight) expected dtype f32 (same as x), got bf16";
+         b.expect_code = ErrorCode::kDTypeMismatch;
+         b.check_code = true;
+         return b;
+       }},
+      {"x_dtype",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[0] = random_tensor(rng, DType::kI32, {4, 768}, false, 1, 5);
+         b.expect_substring = "input 0 (x) expected dtype one of {f32, bf16, f16}, got i32";
+         return b;
+       }},
+      {"null_data",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[1].view = Tensor(b.inputs[1].view.desc(), nullptr);
+         b.expect_substring = "input 1 (weight) f32[64,768] has no data pointer";
+         b.expect_code = ErrorCode::kNullData;
+         b.check_code = true;
+         return b;
+       }},
+      {"transpose_a_rank3",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng, {.transpose_a = true});
+         b.inputs[0] = random_tensor(rng, DType::kF32, {2, 768, 4}, false);
+         b.outputs[0] = TensorDesc::contiguous(DType::kF32, {2, 4, 64});
+         b.expect_substring = "input 0 (x) with transpose_a must be rank 2 (K, M), got rank 3";
+         return b;
+       }},
+      {"wrong_output_shape",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.outputs[0] = TensorDesc::contiguous(DType::kF32, {4, 65});
+         b.expect_substring = "output 0 (y) expected f32[4,64], got f32[4,65]";
+         return b;
+       }},
+      {"wrong_output_dtype",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.outputs[0] = TensorDesc::contiguous(DType::kBF16, {4, 64});
+         b.expect_substring = "output 0 (y) expected f32[4,64], got bf16[4,64]";
+         b.expect_code = ErrorCode::kDTypeMismatch;
+         b.check_code = true;
+         return b;
+       }},
+      {"x_last_dim_not_contiguous",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[0] = random_tensor(rng, DType::kF32, {768, 4}, false);
+         b.inputs[0].view = b.inputs[0].view.transpose(0, 1);
+         b.expect_substring = "input 0 (x) needs a contiguous last dim (stride 1)";
+         return b;
+       }},
+      {"empty_k",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng);
+         b.inputs[0] = random_tensor(rng, DType::kF32, {4, 0}, false);
+         b.inputs[1] = random_tensor(rng, DType::kF32, {64, 0}, false);
+         b.expect_substring = "input 0 (x) has an empty K dim";
+         return b;
+       }},
+  };
+}
+
+TBOOST_OP_TESTS(Linear, linear_cases, linear_bad);
+
+// y from the float64 reference for contiguous f32 x (M,K), w (N,K), no bias.
+Vec reference_y(const Tensor& x, const Tensor& w, const Vec& residual, Activation act) {
+  RefOut y;
+  kernels::ref::linear(&y, to_f64(x), to_f64(w), {}, residual, x.dim(0), x.dim(1), w.dim(0), act);
+  return y.value;
+}
+
+void expect_close(const Tensor& got, const Vec& want, double tol) {
+  const Vec g = to_f64(got);
+  ASSERT_EQ(g.size(), want.size());
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_NEAR(g[i], want[i], tol * (1.0 + std::abs(want[i]))) << "element " << i;
+}
+
+TEST(LinearOp, NonConstantWeightSeesNewContents) {
+  Rng rng;
+  Context ctx;
+  auto op = create_operation(LinearParam{.constant_weight = false});
+  Buffer x = random_tensor(rng, DType::kF32, {5, 48}, false);
+  Buffer w = random_tensor(rng, DType::kF32, {16, 48}, false);
+  Tensor y = Tensor::empty(DType::kF32, {5, 16});
+  run_operation(*op, {{x.view, w.view}, {y}}, ctx);
+  expect_close(y, reference_y(x.view, w.view, {}, Activation::kNone), 1e-4);
+  // New contents, same pointer: both a fresh setup and a bare execute must see them.
+  for (int64_t i = 0; i < w.view.numel(); ++i)
+    store_from_f64(w.view.data(), DType::kF32, i, rng.nonzero(-1.0, 1.0));
+  run_operation(*op, {{x.view, w.view}, {y}}, ctx);
+  expect_close(y, reference_y(x.view, w.view, {}, Activation::kNone), 1e-4);
+  for (int64_t i = 0; i < w.view.numel(); ++i)
+    store_from_f64(w.view.data(), DType::kF32, i, rng.nonzero(-1.0, 1.0));
+  const size_t ws = op->setup({{x.view, w.view}, {y}}, ctx);
+  op->execute({{x.view, w.view}, {y}}, ws ? ctx.workspace(ws) : nullptr, ws, ctx);
+  expect_close(y, reference_y(x.view, w.view, {}, Activation::kNone), 1e-4);
+}
+
+TEST(LinearOp, ConstantWeightRepacksOnNewPointer) {
+  Rng rng;
+  Context ctx;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    auto op = create_operation(LinearParam{});  // constant_weight = true
+    Buffer x = random_tensor(rng, dt, {3, 40}, false);
+    Buffer w1 = random_tensor(rng, dt, {24, 40}, false);
+    Buffer w2 = random_tensor(rng, dt, {24, 40}, false);
+    Tensor y = Tensor::empty(dt, {3, 24});
+    const double tol = tolerance(dt, 40) * 40;
+    run_operation(*op, {{x.view, w1.view}, {y}}, ctx);
+    expect_close(y, reference_y(x.view, w1.view, {}, Activation::kNone), tol);
+    const size_t ws = op->setup({{x.view, w1.view}, {y}}, ctx);
+    op->execute({{x.view, w2.view}, {y}}, ws ? ctx.workspace(ws) : nullptr, ws, ctx);
+    expect_close(y, reference_y(x.view, w2.view, {}, Activation::kNone), tol);
+  }
+}
+
+TEST(LinearOp, UpdateActivationReplans) {
+  Rng rng;
+  Context ctx;
+  auto op = create_operation(LinearParam{});
+  Buffer x = random_tensor(rng, DType::kF32, {4, 32}, false);
+  Buffer w = random_tensor(rng, DType::kF32, {12, 32}, false);
+  Tensor y = Tensor::empty(DType::kF32, {4, 12});
+  run_operation(*op, {{x.view, w.view}, {y}}, ctx);
+  const Vec before = to_f64(y);
+  op->update(LinearParam{.activation = Activation::kRelu});
+  const size_t ws = op->setup({{x.view, w.view}, {y}}, ctx);
+  op->execute({{x.view, w.view}, {y}}, ws ? ctx.workspace(ws) : nullptr, ws, ctx);
+  const Vec after = to_f64(y);
+  bool some_negative = false;
+  for (size_t i = 0; i < before.size(); ++i) {
+    some_negative |= before[i] < 0;
+    EXPECT_NEAR(after[i], std::max(0.0, before[i]), 1e-5) << "element " << i;
+  }
+  EXPECT_TRUE(some_negative);
+  // update() without setup: execute re-plans by itself.
+  op->update(LinearParam{.activation = Activation::kSilu});
+  op->execute({{x.view, w.view}, {y}}, ws ? ctx.workspace(ws) : nullptr, ws, ctx);
+  expect_close(y, reference_y(x.view, w.view, {}, Activation::kSilu), 1e-4);
+  EXPECT_THROW(op->update(ops::SoftmaxParam{}), Error);
+  EXPECT_TRUE(std::holds_alternative<LinearParam>(op->param()));
+}
+
+// y = x·Wᵀ + y: the residual is the output itself (the residual stream updated in place).
+TEST(LinearOp, InPlaceResidual) {
+  Rng rng;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    Context ctx;
+    auto op =
+        create_operation(LinearParam{.activation = Activation::kGeluErf, .has_residual = true});
+    Buffer x = random_tensor(rng, dt, {6, 48}, false);
+    Buffer w = random_tensor(rng, dt, {20, 48}, false);
+    Buffer r = random_tensor(rng, dt, {6, 20}, false);
+    const Vec want = reference_y(x.view, w.view, to_f64(r.view), Activation::kGeluErf);
+    run_operation(*op, {{x.view, w.view, r.view}, {r.view}}, ctx);
+    expect_close(r.view, want, tolerance(dt, 48) * 48);
+  }
+}
+
+// Setup with distinct buffers, then execute in place: the plan is redone at execute (with
+// op-owned scratch, since the caller's workspace was sized for the first plan).
+TEST(LinearOp, AliasingAppearsAtExecute) {
+  Rng rng;
+  Context ctx;
+  auto op = create_operation(LinearParam{.has_residual = true});
+  Buffer x = random_tensor(rng, DType::kF32, {6, 48}, false);
+  Buffer w = random_tensor(rng, DType::kF32, {20, 48}, false);
+  Buffer r = random_tensor(rng, DType::kF32, {6, 20}, false);
+  Tensor y = Tensor::empty(DType::kF32, {6, 20});
+  const size_t ws = op->setup({{x.view, w.view, r.view}, {y}}, ctx);
+  EXPECT_EQ(ws, 0u);
+  const Vec want = reference_y(x.view, w.view, to_f64(r.view), Activation::kNone);
+  op->execute({{x.view, w.view, r.view}, {r.view}}, nullptr, 0, ctx);
+  expect_close(r.view, want, 1e-4);
+}
+
+TEST(LinearOp, WeightOverlappingOutputIsRejected) {
+  Rng rng;
+  Context ctx;
+  auto op = create_operation(LinearParam{});
+  Buffer x = random_tensor(rng, DType::kF32, {4, 4}, false);
+  Buffer w = random_tensor(rng, DType::kF32, {4, 4}, false);
+  try {
+    run_operation(*op, {{x.view, w.view}, {w.view}}, ctx);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input 1 (weight) overlaps output 0 (y)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(LinearOp, ThreadCountChangeGivesSameResult) {
+  Rng rng;
+  auto op = create_operation(LinearParam{.has_bias = true, .activation = Activation::kSilu});
+  Buffer x = random_tensor(rng, DType::kF32, {96, 128}, false);
+  Buffer w = random_tensor(rng, DType::kF32, {80, 128}, false);
+  Buffer b = random_tensor(rng, DType::kF32, {80}, false);
+  Tensor y1 = Tensor::empty(DType::kF32, {96, 80});
+  Tensor y2 = Tensor::empty(DType::kF32, {96, 80});
+  ContextOptions o1, o2;
+  o1.num_threads = 1;
+  o2.num_threads = 2;
+  Context c1(o1), c2(o2);
+  run_operation(*op, {{x.view, w.view, b.view}, {y1}}, c1);
+  run_operation(*op, {{x.view, w.view, b.view}, {y2}}, c2);
+  expect_close(y2, to_f64(y1), 1e-5);
+}
+
+TEST(LinearOp, EmptyBatchWritesNothing) {
+  Rng rng;
+  Context ctx;
+  auto op = create_operation(LinearParam{});
+  Tensor x = Tensor::empty(DType::kF32, {0, 16});
+  Buffer w = random_tensor(rng, DType::kF32, {8, 16}, false);
+  Tensor y = Tensor::empty(DType::kF32, {0, 8});
+  EXPECT_NO_THROW(run_operation(*op, {{x, w.view}, {y}}, ctx));
+}
+
+// Which oneDNN path this machine takes, for the logs (and a sanity check of the string).
+TEST(LinearOp, ImplInfoNamesThePath) {
+  Rng rng;
+  Context ctx;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto op = create_operation(
+        LinearParam{.has_bias = true, .activation = Activation::kGeluErf, .has_residual = true});
+    Buffer x = random_tensor(rng, dt, {8, 64}, false);
+    Buffer w = random_tensor(rng, dt, {32, 64}, false);
+    Buffer b = random_tensor(rng, DType::kF32, {32}, false);
+    Buffer r = random_tensor(rng, dt, {8, 32}, false);
+    Tensor y = Tensor::empty(dt, {8, 32});
+    run_operation(*op, {{x.view, w.view, b.view, r.view}, {y}}, ctx);
+    const std::string impl = op->impl_info();
+    std::cout << "[ impl     ] Linear " << dtype_name(dt) << ": " << impl << "\n";
+    EXPECT_EQ(impl.rfind("onednn:", 0), 0u) << impl;
+    EXPECT_EQ(impl.find("ref:"), std::string::npos) << "oneDNN's reference matmul: " << impl;
+  }
+}
+
+// A residual laid out unlike y is staged with y's row stride: oneDNN 2.6 otherwise drops to
+// its reference matmul (orders of magnitude slower).
+TEST(LinearOp, MismatchedResidualLayoutStaysOnFastPath) {
+  Rng rng;
+  Context ctx;
+  auto op = create_operation(LinearParam{.has_residual = true});
+  Buffer x = random_tensor(rng, DType::kF32, {6, 32}, false);
+  Buffer w = random_tensor(rng, DType::kF32, {20, 32}, false);
+  Buffer r = random_tensor(rng, DType::kF32, {6, 20}, false);
+  Buffer y = poisoned_output(TensorDesc::contiguous(DType::kF32, {6, 20}), true);  // ld 23
+  run_operation(*op, {{x.view, w.view, r.view}, {y.view}}, ctx);
+  const std::string impl = op->impl_info();
+  EXPECT_EQ(impl.find("ref:"), std::string::npos) << impl;
+  EXPECT_NE(impl.find("staged residual"), std::string::npos) << impl;
+  expect_close(y.view, reference_y(x.view, w.view, to_f64(r.view), Activation::kNone), 1e-4);
+}
+
+}  // namespace
+}  // namespace tboost::testing
