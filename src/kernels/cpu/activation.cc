@@ -29,11 +29,32 @@ HWY_INLINE V Recip(D d, V x) {
   return hn::Mul(r, hn::NegMulAdd(x, r, hn::Set(d, 2.0f)));  // r·(2 - x·r): one Newton step
 }
 
+// e^x for x in [-87, 87] (callers clamp). Why not Highway's Exp: its polynomial is accurate
+// to ~1 ulp and costs ~20 instructions, which made SiLU compute bound at ~0.45x copy speed.
+// Here: n = round(x·log2 e), r = x - n·ln2 (two-part ln2), e^r by a degree-5 Taylor
+// polynomial (relative error < 2.5e-6 on |r| <= ln2/2, 200x below the f32 tolerance 2^-11),
+// times 2^n built in the exponent bits. 11 instructions.
+template <class D, class V>
+HWY_INLINE V FastExp(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const V n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
+  V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), x);
+  r = hn::NegMulAdd(n, hn::Set(d, 1.428606765330187e-06f), r);
+  V p = hn::Set(d, 1.0f / 120.0f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::Mul(p, hn::BitCast(d, bits));
+}
+
 // 1 / (1 + e^(-z))
 template <class D, class V>
 HWY_INLINE V Sigmoid(D d, V z) {
   const V zc = hn::Min(hn::Max(z, hn::Set(d, -80.0f)), hn::Set(d, 80.0f));
-  return Recip(d, hn::Add(hn::Set(d, 1.0f), hn::Exp(d, hn::Neg(zc))));
+  return Recip(d, hn::Add(hn::Set(d, 1.0f), FastExp(d, hn::Neg(zc))));
 }
 
 template <class D, class V>
@@ -46,7 +67,7 @@ HWY_INLINE V Erf(D d, V x) {
   p = hn::MulAdd(p, t, hn::Set(d, -0.284496736f));
   p = hn::MulAdd(p, t, hn::Set(d, 0.254829592f));
   p = hn::Mul(p, t);
-  const V e = hn::Exp(d, hn::Neg(hn::Min(hn::Mul(ax, ax), hn::Set(d, 80.0f))));
+  const V e = FastExp(d, hn::Neg(hn::Min(hn::Mul(ax, ax), hn::Set(d, 80.0f))));
   const V y = hn::NegMulAdd(p, e, hn::Set(d, 1.0f));
   return hn::CopySign(y, x);
 }
