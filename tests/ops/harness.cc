@@ -81,7 +81,7 @@ Buffer poisoned_output(const TensorDesc& desc, bool strided) {
   Buffer b;
   const Shape s = padded(desc.shape(), strided, &b.pad_last, &b.pad_second);
   b.storage = Tensor::empty(desc.dtype, s);
-  std::memset(b.storage.data(), 0xA5, b.storage.nbytes());
+  if (b.storage.nbytes()) std::memset(b.storage.data(), 0xA5, b.storage.nbytes());
   b.view = view_of(b.storage, desc.shape(), b.pad_last, b.pad_second);
   fill_poison(b.view);
   return b;
