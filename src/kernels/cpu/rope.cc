@@ -1,25 +1,31 @@
 // Rope (rotary position embedding) forward on the CPU (Highway).
 //
 // Memory bound: DRAM traffic is read x + write y, the memcpy floor, provided the cos/sin of a
-// token are computed once and reused by every head. So tokens are processed in small blocks:
-// for a block of kTok tokens the kernel first builds the cos/sin table of each token (r/2
-// angles, or r lanes in the interleaved form), which stays in L1/L2, then sweeps every
-// (head, token) row of the block. kBSND visits token-major (the H rows of a token are
-// adjacent); kBNSD visits head-major (for each head the block's S rows are adjacent), so both
-// stream contiguous memory and neither needs a workspace.
+// token are computed once and reused by every head. So tokens are processed in blocks of
+// plan.tok_block: for a block the kernel first builds each token's cos/sin table (r/2 values,
+// or r lanes in the interleaved form; a few KiB that stay in L1), then sweeps every
+// (head, token) row of the block, two heads at a time so each table vector loaded serves two
+// rows. kBSND visits token-major (the H rows of a token are adjacent); kBNSD visits head-major
+// (for each head the block's rows are adjacent), so both stream contiguous memory and neither
+// needs a workspace. Threads take contiguous ranges of blocks (parallel_for); every element
+// is computed the same way whatever the partition, so results are bitwise independent of the
+// thread count.
 //
 // Angles: pair i at position p has angle (p / scaling) · inv_freq[i], inv_freq[i] =
 // theta^(-2i/r) in f64 (from the op, computed once at setup). Positions reach 1e6 and more,
-// where an f32 angle would be off by many radians' worth of ulps, so the angle is formed,
-// reduced and fed to the sin/cos polynomials in f64 vectors (SinCosTable; reduction error
-// ~|angle|·2^-52, 1e-10 at 1e6); only the finished cos/sin are narrowed to f32. That is at
-// most half a vector of f64 work per 8 pairs, once per token, against H·D elements of data.
+// where one ulp of an f32 angle is 0.06 rad, so the angle is formed, reduced and fed to the
+// sin/cos polynomials in f64 vectors (SinCosTable; reduction error ~|angle|·2^-52, 1e-10 at
+// 1e6); only the finished cos/sin are narrowed to f32. That is about 40 f64 vector ops per 4
+// pairs (AVX2), once per token, against H·D elements of data.
 //
-// Large out-of-place outputs are written with non-temporal stores (StreamRow), so the DRAM
-// traffic matches memcpy's instead of paying a read for ownership of every line of y.
+// bf16 rows skip widening and narrowing shuffles altogether (RopeRowsBf16): the even and odd
+// elements of a u32 lane are rotated as two f32 vectors, which for the interleaved rotation
+// are exactly the pairs. Large out-of-place outputs are written with non-temporal stores
+// (StreamRow), so the DRAM traffic matches memcpy's instead of paying a read for ownership of
+// every line of y.
 //
-// In place (y == x) is supported: each vector of the pair is loaded before either is stored.
-// A y that overlaps x without being equal to it row for row is not.
+// In place (y == x) is supported: every element of a pair is loaded before either is stored.
+// A y that overlaps x without being the same view is not (the op rejects it).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/rope.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -229,11 +235,10 @@ HWY_INLINE void LoadBf16Pairs(D d, const bf16_t* x, int64_t n, hn::Vec<D>& even,
 
 template <bool kFull, class D>
 HWY_INLINE void StoreBf16Pairs(D d, hn::Vec<D> even, hn::Vec<D> odd, bf16_t* y, int64_t n) {
-  const hn::RebindToUnsigned<D> du;
   const hn::Repartition<uint16_t, D> d16;
-  const auto out =
-      hn::BitCast(d16, hn::Or(hn::ShiftRight<16>(RoundBf16Bits(d, even)),
-                              hn::And(RoundBf16Bits(d, odd), hn::Set(du, 0xffff0000u))));
+  // Odd results keep their high half in place, even ones move it down: one 16-bit blend.
+  const auto out = hn::OddEven(hn::BitCast(d16, RoundBf16Bits(d, odd)),
+                               hn::BitCast(d16, hn::ShiftRight<16>(RoundBf16Bits(d, even))));
   auto* dst = reinterpret_cast<uint16_t*>(y);
   if constexpr (kFull) {
     hn::StoreU(out, d16, dst);
@@ -293,7 +298,7 @@ HWY_INLINE void RopeRowsBf16(const RopeArgs& a, const RopePlan& plan, const bf16
 }
 #endif
 
-// bf16 rows take the even/odd split path (RopeRowBf16) wherever lanes can pair up.
+// bf16 rows take the even/odd split path (RopeRowsBf16) wherever lanes can pair up.
 template <class T>
 constexpr bool kSplitBf16 = std::is_same_v<T, bf16_t> && (HWY_TARGET != HWY_SCALAR);
 
