@@ -20,6 +20,7 @@ struct NormCfg {
   bool bias;
   bool stats;
   int threads;
+  double offset = 0.0;  // added to x: a large row mean
 };
 
 std::string cfg_name(const NormCfg& c) {
@@ -29,6 +30,7 @@ std::string cfg_name(const NormCfg& c) {
   if (c.plus_one) s += "_plus1";
   if (!c.rms && !c.bias) s += "_nobias";
   if (c.stats) s += "_stats";
+  if (c.offset != 0.0) s += "_mean" + std::to_string(static_cast<int>(c.offset));
   s += "_t" + std::to_string(c.threads);
   return s;
 }
@@ -45,7 +47,7 @@ OpCase build(const NormCfg& c, Rng& rng) {
   }
   const int64_t C = c.shape.back();
   // A non-zero mean makes LayerNorm's cancellation visible.
-  oc.inputs.push_back(random_tensor(rng, c.dtype, c.shape, c.strided, -1.0, 3.0));
+  oc.inputs.push_back(random_tensor(rng, c.dtype, c.shape, c.strided, c.offset - 1.0, c.offset + 3.0));
   const bool res = c.layer != NormLayer::kNorm;
   if (res) oc.inputs.push_back(random_tensor(rng, c.dtype, c.shape, c.strided));
   oc.inputs.push_back(random_tensor(rng, c.wdtype, {C}, false, 0.5, 1.5));
@@ -107,6 +109,9 @@ std::vector<CaseSpec> norm_cases() {
   add({false, NormLayer::kNorm, DType::kF32, DType::kF32, {64, 4096}, false, false, true, false, 2});
   add({true, NormLayer::kPreNorm, DType::kBF16, DType::kBF16, {33, 4096}, true, false, true, true, 2});
   add({true, NormLayer::kNorm, DType::kF32, DType::kF32, {5, 16}, false, true, true, false, 1});
+  // Rows with a mean 1000x their spread: the variance must not cancel.
+  add({false, NormLayer::kNorm, DType::kF32, DType::kF32, {9, 3001}, false, false, true, true, 2, 1000.0});
+  add({false, NormLayer::kPreNorm, DType::kF32, DType::kF32, {4, 770}, true, false, true, true, 2, -500.0});
   return cases;
 }
 

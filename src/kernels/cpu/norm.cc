@@ -1,18 +1,17 @@
 // RmsNorm / LayerNorm forward on the CPU (Highway), with the residual add fused in.
 //
-// Per row: pass 1 reads x (+ residual) from DRAM, writes the PRENORM sum and accumulates the
-// statistics; pass 2 re-reads the row, now in L1/L2 (a row of 16K f32 is 64 KiB), and writes
-// y. So DRAM traffic is the floor: read x (+ residual), write y (+ sum). LayerNorm takes the
-// variance as mean((x - mean)^2) in a second in-cache pass rather than E[x^2] - mean^2, which
-// cancels catastrophically for rows with a large mean. Statistics accumulate in f32 over four
-// vector accumulators (pairwise-like error growth); the sum is recomputed from x + residual
-// in f32 in pass 2 rather than read back, so bf16 rounding of `sum` never feeds y.
+// Per row: a first pass reads x (+ residual) from DRAM, writes the PRENORM sum and accumulates
+// the statistics; the output pass re-reads the row from L1/L2 (a row of 16K f32 is 64 KiB) and
+// writes y. So DRAM traffic is the floor: read x (+ residual), write y (+ sum). Statistics
+// accumulate in f32 over two vector accumulators; the sum is recomputed from x + residual in
+// f32 in the output pass rather than read back, so bf16 rounding of `sum` never feeds y.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/norm.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
@@ -36,95 +35,186 @@ HWY_INLINE void Store(D d, hn::Vec<D> v, T* p, int64_t n) {
   }
 }
 
+// One row's pointers.
+template <class T>
+struct NormRow {
+  const T* x;
+  const T* res;
+  T* sum;
+  T* y;
+};
+
+template <class T>
+HWY_INLINE NormRow<T> RowAt(const NormArgs& a, int64_t r) {
+  return {static_cast<const T*>(a.x) + a.x_rows.offset(r),
+          a.residual ? static_cast<const T*>(a.residual) + a.res_rows.offset(r) : nullptr,
+          a.sum ? static_cast<T*>(a.sum) + a.sum_rows.offset(r) : nullptr,
+          static_cast<T*>(a.y) + a.y_rows.offset(r)};
+}
+
+// x (+ residual) of one row at [i, i + n); tail lanes are zero.
+template <class D, class T>
+HWY_INLINE hn::Vec<D> RowVec(D d, const NormRow<T>& p, int64_t i, int64_t n) {
+  auto v = Load(d, p.x + i, n);
+  if (p.res) v = hn::Add(v, Load(d, p.res + i, n));
+  return v;
+}
+
+// Running mean and sum of squared deviations per lane (Chan et al.'s pairwise update), so
+// LayerNorm gets a numerically stable variance in the same single pass that reads the row:
+// each step folds a chunk of two elements per lane (mean m_c, M2_c = (v0 - v1)^2 / 2) into
+// the lane's running (mean, M2) over the 2k elements seen so far. No E[x^2] - mean^2
+// cancellation, and no second pass that would leave DRAM idle.
+template <class D>
+struct Moments {
+  hn::Vec<D> mean, m2;
+  int64_t k = 0;  // chunks folded per lane
+  explicit Moments(D d) : mean(hn::Zero(d)), m2(hn::Zero(d)) {}
+  // f[k] = 1 / (k + 1) = 2 / (n + 2) and g[k] = 2k / (k + 1) = n·2 / (n + 2), from a table
+  // so no divide sits in the loop's dependency chain.
+  HWY_INLINE void add(D d, hn::Vec<D> v0, hn::Vec<D> v1, const float* f, const float* g) {
+    const auto half = hn::Set(d, 0.5f);
+    const auto mc = hn::Mul(hn::Add(v0, v1), half);
+    const auto dv = hn::Sub(v0, v1);
+    const auto delta = hn::Sub(mc, mean);
+    mean = hn::MulAdd(delta, hn::Set(d, f[k]), mean);
+    m2 = hn::MulAdd(hn::Mul(dv, dv), half, m2);
+    m2 = hn::MulAdd(hn::Mul(delta, delta), hn::Set(d, g[k]), m2);
+    ++k;
+  }
+  // Merges the lanes and then `n_tail` single values (in f64), giving mean and variance.
+  void finish(D d, const float* tail, int64_t n_tail, int64_t count, float* mean_out,
+              float* var_out) const {
+    HWY_ALIGN float mb[hn::MaxLanes(D())], qb[hn::MaxLanes(D())];
+    hn::Store(mean, d, mb);
+    hn::Store(m2, d, qb);
+    double n = 0.0, mu = 0.0, q = 0.0;
+    const double nl = 2.0 * static_cast<double>(k);
+    if (k > 0) {
+      for (size_t i = 0; i < hn::Lanes(d); ++i) {
+        const double delta = mb[i] - mu;
+        const double nn = n + nl;
+        mu += delta * nl / nn;
+        q += qb[i] + delta * delta * n * nl / nn;
+        n = nn;
+      }
+    }
+    for (int64_t i = 0; i < n_tail; ++i) {
+      n += 1.0;
+      const double delta = tail[i] - mu;
+      mu += delta / n;
+      q += delta * (tail[i] - mu);
+    }
+    *mean_out = static_cast<float>(mu);
+    *var_out = static_cast<float>(q / static_cast<double>(count));
+  }
+};
+
+// The rows are software-pipelined: one loop reads row r+1 from DRAM (accumulating its
+// statistics and writing its PRENORM sum) while it writes row r's output from the cached copy
+// of row r. A plain two-pass row (stats, then output) alternates a pure read phase with a pure
+// write phase and reached only ~0.6-0.7x the speed of a copy, which keeps both streams busy.
 template <class T, class W>
 void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
+  using D = decltype(d);
+  using V = hn::Vec<D>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t C = a.cols;
+  const int64_t C2 = C / (2 * L) * (2 * L);  // part done two vectors at a time
   const W* w = static_cast<const W*>(a.weight);
   const W* b = static_cast<const W*>(a.bias);
-  const auto one = hn::Set(d, a.plus_one ? 1.0f : 0.0f);
-  for (int64_t r = r0; r < r1; ++r) {
-    const T* x = static_cast<const T*>(a.x) + a.x_rows.offset(r);
-    const T* res = a.residual ? static_cast<const T*>(a.residual) + a.res_rows.offset(r) : nullptr;
-    T* sum = a.sum ? static_cast<T*>(a.sum) + a.sum_rows.offset(r) : nullptr;
-    T* y = static_cast<T*>(a.y) + a.y_rows.offset(r);
-    auto row = [&](int64_t i, int64_t n) {
-      auto v = Load(d, x + i, n);
-      if (res) v = hn::Add(v, Load(d, res + i, n));
-      return v;
-    };
-    // Pass 1: sum (LayerNorm) or sum of squares (RmsNorm); also writes the PRENORM sum.
-    auto acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
-    int64_t i = 0;
-    for (; i + 4 * L <= C; i += 4 * L) {
-      const auto v0 = row(i, L), v1 = row(i + L, L), v2 = row(i + 2 * L, L),
-                 v3 = row(i + 3 * L, L);
-      if (sum) {
-        StoreF(d, v0, sum + i);
-        StoreF(d, v1, sum + i + L);
-        StoreF(d, v2, sum + i + 2 * L);
-        StoreF(d, v3, sum + i + 3 * L);
-      }
-      if (a.rms) {
-        acc0 = hn::MulAdd(v0, v0, acc0);
-        acc1 = hn::MulAdd(v1, v1, acc1);
-        acc2 = hn::MulAdd(v2, v2, acc2);
-        acc3 = hn::MulAdd(v3, v3, acc3);
-      } else {
-        acc0 = hn::Add(acc0, v0);
-        acc1 = hn::Add(acc1, v1);
-        acc2 = hn::Add(acc2, v2);
-        acc3 = hn::Add(acc3, v3);
-      }
+  const V one = hn::Set(d, a.plus_one ? 1.0f : 0.0f);
+  std::vector<float> ftab, gtab;
+  if (!a.rms) {
+    const int64_t steps = C2 / (2 * L);
+    ftab.resize(static_cast<size_t>(steps) + 1);
+    gtab.resize(static_cast<size_t>(steps) + 1);
+    for (int64_t k = 0; k <= steps; ++k) {
+      ftab[static_cast<size_t>(k)] = static_cast<float>(1.0 / static_cast<double>(k + 1));
+      gtab[static_cast<size_t>(k)] = static_cast<float>(2.0 * static_cast<double>(k) / static_cast<double>(k + 1));
     }
-    for (; i < C; i += L) {
-      const int64_t n = std::min(L, C - i);
-      const auto v = row(i, n);  // tail lanes are zero
-      if (sum) Store(d, v, sum + i, n);
-      acc0 = a.rms ? hn::MulAdd(v, v, acc0) : hn::Add(acc0, v);
+  }
+
+  // First-pass state of one row: sum of squares (RmsNorm) or running moments (LayerNorm).
+  struct Pass {
+    V q0, q1;
+    Moments<D> mom;
+    HWY_ALIGN float tail[2 * hn::MaxLanes(D())];
+    int64_t ntail = 0;
+    explicit Pass(D dd) : q0(hn::Zero(dd)), q1(hn::Zero(dd)), mom(dd) {}
+  };
+  // Reads [j, j + 2L) of row p: writes its PRENORM sum, folds it into the statistics.
+  auto absorb2 = [&](Pass& st, const NormRow<T>& p, int64_t j) {
+    const V v0 = RowVec(d, p, j, L), v1 = RowVec(d, p, j + L, L);
+    if (p.sum) {
+      StoreF(d, v0, p.sum + j);
+      StoreF(d, v1, p.sum + j + L);
     }
-    const float s1 = ReduceSumF(d, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3)));
-    float mean = 0.0f, var;
     if (a.rms) {
-      var = s1 / static_cast<float>(C);
+      st.q0 = hn::MulAdd(v0, v0, st.q0);
+      st.q1 = hn::MulAdd(v1, v1, st.q1);
     } else {
-      mean = s1 / static_cast<float>(C);
-      const auto vm = hn::Set(d, mean);
-      auto q = hn::Zero(d);
-      for (int64_t j = 0; j < C; j += L) {
-        const int64_t n = std::min(L, C - j);
-        auto dv = hn::Sub(row(j, n), vm);
-        if (n < L) dv = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(n)), dv);
-        q = hn::MulAdd(dv, dv, q);
-      }
-      var = ReduceSumF(d, q) / static_cast<float>(C);
+      st.mom.add(d, v0, v1, ftab.data(), gtab.data());
     }
-    const float rstd = 1.0f / std::sqrt(var + a.eps);
-    if (a.mean) a.mean[a.stats_rows.offset(r)] = mean;
-    if (a.rstd) a.rstd[a.stats_rows.offset(r)] = rstd;
-    // Pass 2: y = (s - mean) * rstd * (w [+1]) [+ b], from the cached row. Meanwhile the
-    // next row is prefetched, so DRAM stays busy while this row's output is computed (without
-    // it, the read stream idles during the in-cache passes: ~0.6x copy speed for LayerNorm).
-    const auto vr = hn::Set(d, rstd);
-    const auto vm = hn::Set(d, mean);
+  };
+  auto absorb_tail = [&](Pass& st, const NormRow<T>& p, int64_t j, int64_t n) {
+    const V v = RowVec(d, p, j, n);  // lanes past n are zero
+    if (p.sum) Store(d, v, p.sum + j, n);
+    if (a.rms) {
+      st.q0 = hn::MulAdd(v, v, st.q0);
+    } else {
+      HWY_ALIGN float buf[hn::MaxLanes(D())];
+      hn::Store(v, d, buf);
+      for (int64_t i = 0; i < n; ++i) st.tail[st.ntail++] = buf[i];
+    }
+  };
+  auto finish = [&](const Pass& st, int64_t r, float* mean, float* rstd) {
+    float var;
+    if (a.rms) {
+      *mean = 0.0f;
+      var = ReduceSumF(d, hn::Add(st.q0, st.q1)) / static_cast<float>(C);
+    } else {
+      st.mom.finish(d, st.tail, st.ntail, C, mean, &var);
+    }
+    *rstd = 1.0f / std::sqrt(var + a.eps);
+    if (a.mean) a.mean[a.stats_rows.offset(r)] = *mean;
+    if (a.rstd) a.rstd[a.stats_rows.offset(r)] = *rstd;
+  };
+  auto output = [&](const NormRow<T>& p, V vm, V vr, int64_t j, int64_t n) {
+    V v = hn::Mul(hn::Sub(RowVec(d, p, j, n), vm), vr);
+    v = hn::Mul(v, hn::Add(Load(d, w + j, n), one));
+    if (b) v = hn::Add(v, Load(d, b + j, n));
+    Store(d, v, p.y + j, n);
+  };
+
+  // Prologue: the first row's first pass alone.
+  NormRow<T> cur = RowAt<T>(a, r0);
+  Pass st(d);
+  for (int64_t j = 0; j < C2; j += 2 * L) absorb2(st, cur, j);
+  for (int64_t j = C2; j < C; j += L) absorb_tail(st, cur, j, std::min(L, C - j));
+  for (int64_t r = r0; r < r1; ++r) {
+    float mean, rstd;
+    finish(st, r, &mean, &rstd);
+    const V vm = hn::Set(d, mean), vr = hn::Set(d, rstd);
     if (r + 1 < r1) {
-      const char* nx = reinterpret_cast<const char*>(static_cast<const T*>(a.x) + a.x_rows.offset(r + 1));
-      const char* nres = res ? reinterpret_cast<const char*>(static_cast<const T*>(a.residual) +
-                                                             a.res_rows.offset(r + 1))
-                             : nullptr;
-      const int64_t bytes = C * static_cast<int64_t>(sizeof(T));
-      for (int64_t off = 0; off < bytes; off += 64) {
-        __builtin_prefetch(nx + off);
-        if (nres) __builtin_prefetch(nres + off);
+      // Row r+1 streams in from DRAM while row r's output streams out.
+      const NormRow<T> next = RowAt<T>(a, r + 1);
+      Pass nst(d);
+      for (int64_t j = 0; j < C2; j += 2 * L) {
+        absorb2(nst, next, j);
+        output(cur, vm, vr, j, L);
+        output(cur, vm, vr, j + L, L);
       }
-    }
-    for (int64_t j = 0; j < C; j += L) {
-      const int64_t n = std::min(L, C - j);
-      auto v = hn::Mul(hn::Sub(row(j, n), vm), vr);
-      v = hn::Mul(v, hn::Add(Load(d, w + j, n), one));
-      if (b) v = hn::Add(v, Load(d, b + j, n));
-      Store(d, v, y + j, n);
+      for (int64_t j = C2; j < C; j += L) {
+        const int64_t n = std::min(L, C - j);
+        absorb_tail(nst, next, j, n);
+        output(cur, vm, vr, j, n);
+      }
+      st = nst;
+      cur = next;
+    } else {
+      for (int64_t j = 0; j < C; j += L) output(cur, vm, vr, j, std::min(L, C - j));
     }
   }
 }
