@@ -8,7 +8,7 @@ namespace tboost::ops {
 
 enum class ActivationType { kRelu, kGeluErf, kGeluTanh, kSilu, kSwiGlu, kGeGluErf, kGeGluTanh };
 const char* activation_type_name(ActivationType t);
-inline bool is_gated(ActivationType t) {
+constexpr bool is_gated(ActivationType t) {
   return t == ActivationType::kSwiGlu || t == ActivationType::kGeGluErf ||
          t == ActivationType::kGeGluTanh;
 }
