@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 namespace tboost::bench {
@@ -85,9 +84,9 @@ std::string results_json(const std::vector<Result>& rows) {
 std::string results_table(const std::vector<Result>& rows) {
   std::string s;
   char line[512];
-  std::snprintf(line, sizeof line, "| %-44s | %-5s | %3s | %10s | %8s | %8s | %6s | %-8s | %7s | %6s |\n",
-                "case", "dtype", "thr", "time", "GB/s", "GFLOP/s", "floor", "baseline", "speedup",
-                "bytes");
+  std::snprintf(line, sizeof line,
+                "| %-44s | %-5s | %3s | %10s | %8s | %8s | %6s | %-8s | %7s | %6s |\n", "case",
+                "dtype", "thr", "time", "GB/s", "GFLOP/s", "floor", "baseline", "speedup", "bytes");
   s += line;
   s += "|" + std::string(46, '-') + "|" + std::string(7, '-') + "|" + std::string(5, '-') + "|" +
        std::string(12, '-') + "|" + std::string(10, '-') + "|" + std::string(10, '-') + "|" +
@@ -101,8 +100,10 @@ std::string results_table(const std::vector<Result>& rows) {
   };
   for (const Result& r : rows) {
     char t[32];
-    if (r.seconds >= 1e-3) std::snprintf(t, sizeof t, "%.3f ms", r.seconds * 1e3);
-    else std::snprintf(t, sizeof t, "%.1f us", r.seconds * 1e6);
+    if (r.seconds >= 1e-3)
+      std::snprintf(t, sizeof t, "%.3f ms", r.seconds * 1e3);
+    else
+      std::snprintf(t, sizeof t, "%.1f us", r.seconds * 1e6);
     std::snprintf(line, sizeof line,
                   "| %-44s | %-5s | %3d | %10s | %8s | %8s | %5.0f%% | %-8s | %7s | %6s |\n",
                   r.name.c_str(), r.dtype.c_str(), r.threads, t, num(r.gbps, "%.1f").c_str(),

@@ -2,9 +2,11 @@
 //
 // The FMA loop keeps 12 independent accumulator chains per thread: with 4-cycle FMA latency
 // and two FMA pipes, 8 chains already saturate; 12 leave margin for the loop overhead.
+// clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/limits.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include "hwy/highway.h"
 
@@ -66,8 +68,8 @@ void stream_kernel(float* const* outs, int writes, const float* const* ins, int 
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     // Split on 64-element boundaries so every thread's range is a vector multiple.
     const int64_t blocks = n / 64;
-    HWY_DYNAMIC_DISPATCH(Stream)(outs, writes, ins, reads, blocks * t / nt * 64,
-                                 blocks * (t + 1) / nt * 64);
+    HWY_DYNAMIC_DISPATCH(Stream)
+    (outs, writes, ins, reads, blocks * t / nt * 64, blocks * (t + 1) / nt * 64);
   }
 }
 
@@ -75,7 +77,8 @@ Limits measure_limits(int threads, bool quick) {
   Limits l;
   l.threads = threads;
   const int64_t n = (quick ? 64ll : 256ll) << 20 >> 2;  // floats per buffer
-  auto a = aligned_buffer(static_cast<size_t>(n) * 4), b = aligned_buffer(static_cast<size_t>(n) * 4);
+  auto a = aligned_buffer(static_cast<size_t>(n) * 4),
+       b = aligned_buffer(static_cast<size_t>(n) * 4);
   std::memset(a.get(), 0, static_cast<size_t>(n) * 4);
   std::memset(b.get(), 0, static_cast<size_t>(n) * 4);
   float* out = static_cast<float*>(b.get());
@@ -90,7 +93,8 @@ Limits measure_limits(int threads, bool quick) {
       [&] {
         double total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-        total += HWY_DYNAMIC_DISPATCH(FmaLoop)(iters, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
+        total += HWY_DYNAMIC_DISPATCH(FmaLoop)(
+            iters, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
         flops = total;
       },
       0.3, 10);

@@ -8,10 +8,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <dnnl.hpp>
 #include <functional>
 #include <regex>
 
-#include <dnnl.hpp>
 #include "bench/bench.h"
 #include "tboost/tboost.h"
 
@@ -138,31 +138,32 @@ void memory_bound_ops(Runner& R) {
       memory_bound_case(R, "rope" + sfx + "[" + std::to_string(T) + ",32,128]", dt, 1, 1, arr,
                         [&] { c(R.ctx); });
     }
-    const std::pair<ActivationType, const char*> acts[] = {
-        {ActivationType::kSilu, "silu"},
-        {ActivationType::kGeluTanh, "gelu_tanh"},
-        {ActivationType::kGeluErf, "gelu_erf"},
-        {ActivationType::kRelu, "relu"}};
+    const std::pair<ActivationType, const char*> acts[] = {{ActivationType::kSilu, "silu"},
+                                                           {ActivationType::kGeluTanh, "gelu_tanh"},
+                                                           {ActivationType::kGeluErf, "gelu_erf"},
+                                                           {ActivationType::kRelu, "relu"}};
     for (const auto& [t, nm] : acts) {
       if (!R.want(std::string(nm) + sfx)) continue;
       Tensor x = filled(dt, {rows, C}, 1, -4, 4), y = Tensor::empty(dt, {rows, C});
       Call c(ActivationParam{.type = t}, {x}, {y}, R.ctx);
-      memory_bound_case(R, nm + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); },
-                        t == ActivationType::kGeluErf || dt != DType::kF32
-                            ? "reported, not judged (may be compute-bound)"
-                            : "");
+      memory_bound_case(
+          R, nm + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); },
+          t == ActivationType::kGeluErf || dt != DType::kF32
+              ? "reported, not judged (may be compute-bound)"
+              : "");
     }
     if (R.want("swiglu" + sfx)) {
       Tensor x = filled(dt, {rows, 2 * C}, 1, -4, 4), y = Tensor::empty(dt, {rows, C});
       Call c(ActivationParam{.type = ActivationType::kSwiGlu}, {x}, {y}, R.ctx);
-      memory_bound_case(R, "swiglu" + sfx + "[" + std::to_string(rows) + "," + std::to_string(2 * C) + "]",
-                        dt, 2, 1, arr, [&] { c(R.ctx); });
+      memory_bound_case(
+          R, "swiglu" + sfx + "[" + std::to_string(rows) + "," + std::to_string(2 * C) + "]", dt, 2,
+          1, arr, [&] { c(R.ctx); });
     }
     if (R.want("softmax" + sfx)) {
       Tensor x = filled(dt, {rows, C}, 1, -4, 4), y = Tensor::empty(dt, {rows, C});
       Call c(SoftmaxParam{}, {x}, {y}, R.ctx);
-      memory_bound_case(R, "softmax" + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); },
-                        "reported, not judged");
+      memory_bound_case(
+          R, "softmax" + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); }, "reported, not judged");
     }
   }
 }
@@ -205,12 +206,13 @@ void fused_chains(Runner& R) {
       Call add(ElementwiseParam{.type = ElementwiseType::kAdd}, {x, res}, {sum}, R.ctx);
       Call norm(RmsNormParam{}, {sum, w}, {y}, R.ctx);
       // fused: read x, res; write y, sum. unfused: add reads 2, writes 1; norm reads 1, writes 1.
-      fused_pair(R, "fused_add_rmsnorm" + sfx + "[" + std::to_string(rows) + ",4096]", dt, 4 * N,
-                 5 * N, 0, [&] { fused(R.ctx); },
-                 [&] {
-                   add(R.ctx);
-                   norm(R.ctx);
-                 });
+      fused_pair(
+          R, "fused_add_rmsnorm" + sfx + "[" + std::to_string(rows) + ",4096]", dt, 4 * N, 5 * N, 0,
+          [&] { fused(R.ctx); },
+          [&] {
+            add(R.ctx);
+            norm(R.ctx);
+          });
     }
     if (R.want("fused_silu_mul" + sfx)) {
       Tensor x = filled(dt, {rows, 2 * C}, 1, -4, 4), y = Tensor::empty(dt, {rows, C});
@@ -219,18 +221,21 @@ void fused_chains(Runner& R) {
       Call silu(ActivationParam{.type = ActivationType::kSilu}, {x.slice(1, 0, C)}, {t}, R.ctx);
       Call mul(ElementwiseParam{.type = ElementwiseType::kMul}, {t, x.slice(1, C, C)}, {y}, R.ctx);
       // fused: read gate, up; write y. unfused: silu reads 1 writes 1; mul reads 2 writes 1.
-      fused_pair(R, "fused_silu_mul_swiglu" + sfx + "[" + std::to_string(rows) + ",8192]", dt,
-                 3 * N, 5 * N, 0, [&] { fused(R.ctx); },
-                 [&] {
-                   silu(R.ctx);
-                   mul(R.ctx);
-                 });
+      fused_pair(
+          R, "fused_silu_mul_swiglu" + sfx + "[" + std::to_string(rows) + ",8192]", dt, 3 * N,
+          5 * N, 0, [&] { fused(R.ctx); },
+          [&] {
+            silu(R.ctx);
+            mul(R.ctx);
+          });
     }
     const int64_t M = 512, K = 768, F = 3072;
     const double es = static_cast<double>(dtype_size(dt));
     if (R.want("fused_linear_bias_gelu" + sfx)) {
-      Tensor x = filled(dt, {M, K}, 1), w = filled(dt, {F, K}, 2, -0.05f, 0.05f), b = filled(dt, {F}, 3);
-      Tensor y = Tensor::empty(dt, {M, F}), t1 = Tensor::empty(dt, {M, F}), t2 = Tensor::empty(dt, {M, F});
+      Tensor x = filled(dt, {M, K}, 1), w = filled(dt, {F, K}, 2, -0.05f, 0.05f),
+             b = filled(dt, {F}, 3);
+      Tensor y = Tensor::empty(dt, {M, F}), t1 = Tensor::empty(dt, {M, F}),
+             t2 = Tensor::empty(dt, {M, F});
       Call fused(LinearParam{.has_bias = true, .activation = Activation::kGeluTanh}, {x, w, b}, {y},
                  R.ctx);
       Call mm(LinearParam{}, {x, w}, {t1}, R.ctx);
@@ -238,20 +243,22 @@ void fused_chains(Runner& R) {
       Call gelu(ActivationParam{.type = ActivationType::kGeluTanh}, {t2}, {y}, R.ctx);
       const double io = es * static_cast<double>(M * K + F * K + F);
       const double mf = es * static_cast<double>(M * F);
-      fused_pair(R, "fused_linear_bias_gelu" + sfx + "[512x768x3072]", dt, io + mf,
-                 io + mf + 2 * mf + 2 * mf, 2.0 * M * K * F, [&] { fused(R.ctx); },
-                 [&] {
-                   mm(R.ctx);
-                   add(R.ctx);
-                   gelu(R.ctx);
-                 });
+      fused_pair(
+          R, "fused_linear_bias_gelu" + sfx + "[512x768x3072]", dt, io + mf,
+          io + mf + 2 * mf + 2 * mf, 2.0 * M * K * F, [&] { fused(R.ctx); },
+          [&] {
+            mm(R.ctx);
+            add(R.ctx);
+            gelu(R.ctx);
+          });
     }
     if (R.want("fused_gate_up_swiglu" + sfx)) {
       const int64_t FF = 2048;
       Tensor x = filled(dt, {M, K}, 1), wgu = filled(dt, {2 * FF, K}, 2, -0.05f, 0.05f);
       Tensor wg = wgu.slice(0, 0, FF), wu = wgu.slice(0, FF, FF);
       Tensor gu = Tensor::empty(dt, {M, 2 * FF}), y = Tensor::empty(dt, {M, FF});
-      Tensor g = Tensor::empty(dt, {M, FF}), u = Tensor::empty(dt, {M, FF}), s = Tensor::empty(dt, {M, FF});
+      Tensor g = Tensor::empty(dt, {M, FF}), u = Tensor::empty(dt, {M, FF}),
+             s = Tensor::empty(dt, {M, FF});
       Call lin(LinearParam{}, {x, wgu}, {gu}, R.ctx);
       Call glu(ActivationParam{.type = ActivationType::kSwiGlu}, {gu}, {y}, R.ctx);
       Call lg(LinearParam{}, {x, wg}, {g}, R.ctx);
@@ -262,17 +269,19 @@ void fused_chains(Runner& R) {
       const double xw = es * static_cast<double>(M * K + 2 * FF * K);
       // fused: x once, both weights, write gu (2mf), SwiGLU reads 2mf writes mf.
       // unfused: x twice, weights, write g and u (2mf), silu 2mf, mul 3mf.
-      fused_pair(R, "fused_gate_up_swiglu" + sfx + "[512x768x2x2048]", dt, xw + 5 * mf,
-                 xw + es * M * K + 7 * mf, 2.0 * M * K * 2 * FF, [&] {
-                   lin(R.ctx);
-                   glu(R.ctx);
-                 },
-                 [&] {
-                   lg(R.ctx);
-                   lu(R.ctx);
-                   silu(R.ctx);
-                   mul(R.ctx);
-                 });
+      fused_pair(
+          R, "fused_gate_up_swiglu" + sfx + "[512x768x2x2048]", dt, xw + 5 * mf,
+          xw + es * M * K + 7 * mf, 2.0 * M * K * 2 * FF,
+          [&] {
+            lin(R.ctx);
+            glu(R.ctx);
+          },
+          [&] {
+            lg(R.ctx);
+            lu(R.ctx);
+            silu(R.ctx);
+            mul(R.ctx);
+          });
     }
   }
 }
@@ -319,13 +328,14 @@ void linear_cases(Runner& R) {
   const Shp shapes[] = {{512, 768, 3072}, {512, 4096, 4096}};
   omp_set_num_threads(R.ctx.num_threads());
   for (const Shp& s : shapes) {
-    const std::string shape = "[" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" +
-                              std::to_string(s.N) + "]";
+    const std::string shape =
+        "[" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N) + "]";
     const double flops = 2.0 * static_cast<double>(s.M * s.K * s.N);
     std::optional<Timing> f32_time;
     for (DType dt : {DType::kF32, DType::kBF16}) {
       const std::string name = std::string("linear_") + dtype_name(dt) + shape;
-      if (!R.want(name) && !(dt == DType::kF32 && R.want(std::string("linear_bf16") + shape))) continue;
+      if (!R.want(name) && !(dt == DType::kF32 && R.want(std::string("linear_bf16") + shape)))
+        continue;
       Tensor x = filled(dt, {s.M, s.K}, 1), w = filled(dt, {s.N, s.K}, 2, -0.05f, 0.05f);
       Tensor y = Tensor::empty(dt, {s.M, s.N}), y2 = Tensor::empty(dt, {s.M, s.N});
       Call ours(LinearParam{}, {x, w}, {y}, R.ctx);
@@ -353,7 +363,8 @@ void linear_cases(Runner& R) {
                  " matmul on this CPU; ours: " + ours.op->impl_info();
       }
       r.gflops = flops / r.seconds / 1e9;
-      r.floor_fraction = std::max(flops / (peak * 1e9), r.bytes / (R.lim.copy_gbps * 1e9)) / r.seconds;
+      r.floor_fraction =
+          std::max(flops / (peak * 1e9), r.bytes / (R.lim.copy_gbps * 1e9)) / r.seconds;
       if (R.want(name)) R.emit(r);
       if (dt == DType::kBF16 && f32_time) {
         Result b = r;

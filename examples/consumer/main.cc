@@ -1,8 +1,8 @@
 // Uses only the installed headers: creates a PRENORM RmsNorm, runs it, checks one value.
+#include <tboost/tboost.h>
+
 #include <cmath>
 #include <cstdio>
-
-#include <tboost/tboost.h>
 
 int main() {
   tboost::Context ctx;

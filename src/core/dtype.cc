@@ -1,7 +1,9 @@
 // DType names, sizes, scalar f16 conversion and the vectorized `convert` (Highway).
+// clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/core/dtype.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include "hwy/highway.h"
 #include "src/kernels/cpu/hwy_util-inl.h"
@@ -16,22 +18,29 @@ void ConvertFloat(TD* dst, const TS* src, int64_t n) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
   for (; i + L <= n; i += L) StoreF(d, LoadF(d, src + i), dst + i);
-  if (i < n) StoreTailF(d, LoadTailF(d, src + i, static_cast<size_t>(n - i)), dst + i,
-                        static_cast<size_t>(n - i));
+  if (i < n)
+    StoreTailF(d, LoadTailF(d, src + i, static_cast<size_t>(n - i)), dst + i,
+               static_cast<size_t>(n - i));
 }
 
 void ConvertFloatDispatch(void* dst, DType dt, const void* src, DType st, int64_t n) {
   auto go = [&](auto* d) {
     switch (st) {
-      case DType::kF32: return ConvertFloat(d, static_cast<const float*>(src), n);
-      case DType::kBF16: return ConvertFloat(d, static_cast<const bf16_t*>(src), n);
-      default: return ConvertFloat(d, static_cast<const f16_t*>(src), n);
+      case DType::kF32:
+        return ConvertFloat(d, static_cast<const float*>(src), n);
+      case DType::kBF16:
+        return ConvertFloat(d, static_cast<const bf16_t*>(src), n);
+      default:
+        return ConvertFloat(d, static_cast<const f16_t*>(src), n);
     }
   };
   switch (dt) {
-    case DType::kF32: return go(static_cast<float*>(dst));
-    case DType::kBF16: return go(static_cast<bf16_t*>(dst));
-    default: return go(static_cast<f16_t*>(dst));
+    case DType::kF32:
+      return go(static_cast<float*>(dst));
+    case DType::kBF16:
+      return go(static_cast<bf16_t*>(dst));
+    default:
+      return go(static_cast<f16_t*>(dst));
   }
 }
 
@@ -54,26 +63,40 @@ static void convert_float(void* dst, DType dt, const void* src, DType st, int64_
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI8: return 1;
-    case DType::kU8: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI8:
+      return 1;
+    case DType::kU8:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   TBOOST_THROW(ErrorCode::kInvalidArgument, "unknown dtype code ", static_cast<int>(t));
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI8: return "i8";
-    case DType::kU8: return "u8";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI8:
+      return "i8";
+    case DType::kU8:
+      return "u8";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
   }
   return "unknown";
 }
@@ -121,7 +144,7 @@ f16_t f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return f16_t{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (abs > 0x7f800000u) return f16_t{static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
   if (abs >= 0x477ff000u) return f16_t{static_cast<uint16_t>(sign | 0x7c00u)};  // >= 65520: inf
   if (abs < 0x38800000u) {  // result subnormal or zero: round at 2^-24 granularity
     float a;
@@ -135,13 +158,20 @@ f16_t f32_to_f16(float f) {
 
 double load_as_f64(const void* base, DType t, int64_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kF16: return f16_to_f32(static_cast<const f16_t*>(base)[i]);
-    case DType::kBF16: return bf16_to_f32(static_cast<const bf16_t*>(base)[i]);
-    case DType::kI8: return static_cast<const int8_t*>(base)[i];
-    case DType::kU8: return static_cast<const uint8_t*>(base)[i];
-    case DType::kI32: return static_cast<const int32_t*>(base)[i];
-    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kF16:
+      return f16_to_f32(static_cast<const f16_t*>(base)[i]);
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<const bf16_t*>(base)[i]);
+    case DType::kI8:
+      return static_cast<const int8_t*>(base)[i];
+    case DType::kU8:
+      return static_cast<const uint8_t*>(base)[i];
+    case DType::kI32:
+      return static_cast<const int32_t*>(base)[i];
+    case DType::kI64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
   }
   return 0;
 }
@@ -157,20 +187,35 @@ static I saturate(double v) {
 
 void store_from_f64(void* base, DType t, int64_t i, double v) {
   switch (t) {
-    case DType::kF32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
-    case DType::kF16: static_cast<f16_t*>(base)[i] = f32_to_f16(static_cast<float>(v)); return;
-    case DType::kBF16: static_cast<bf16_t*>(base)[i] = f32_to_bf16(static_cast<float>(v)); return;
-    case DType::kI8: static_cast<int8_t*>(base)[i] = saturate<int8_t>(v); return;
-    case DType::kU8: static_cast<uint8_t*>(base)[i] = saturate<uint8_t>(v); return;
-    case DType::kI32: static_cast<int32_t*>(base)[i] = saturate<int32_t>(v); return;
-    case DType::kI64: static_cast<int64_t*>(base)[i] = saturate<int64_t>(v); return;
+    case DType::kF32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      return;
+    case DType::kF16:
+      static_cast<f16_t*>(base)[i] = f32_to_f16(static_cast<float>(v));
+      return;
+    case DType::kBF16:
+      static_cast<bf16_t*>(base)[i] = f32_to_bf16(static_cast<float>(v));
+      return;
+    case DType::kI8:
+      static_cast<int8_t*>(base)[i] = saturate<int8_t>(v);
+      return;
+    case DType::kU8:
+      static_cast<uint8_t*>(base)[i] = saturate<uint8_t>(v);
+      return;
+    case DType::kI32:
+      static_cast<int32_t*>(base)[i] = saturate<int32_t>(v);
+      return;
+    case DType::kI64:
+      static_cast<int64_t*>(base)[i] = saturate<int64_t>(v);
+      return;
   }
 }
 
 void convert(void* dst, DType dt, const void* src, DType st, int64_t n) {
   TBOOST_CHECK(n >= 0, "negative element count ", n);
   if (n == 0) return;
-  TBOOST_CHECK_CODE(dst && src, ErrorCode::kNullData, "convert: null ", dst ? "source" : "destination");
+  TBOOST_CHECK_CODE(dst && src, ErrorCode::kNullData, "convert: null ",
+                    dst ? "source" : "destination");
   if (dt == st) {
     std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(dt));
     return;

@@ -7,14 +7,22 @@ namespace tboost {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kShapeMismatch: return "shape mismatch";
-    case ErrorCode::kDTypeMismatch: return "dtype mismatch";
-    case ErrorCode::kNullData: return "null data";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kOutOfMemory: return "out of memory";
-    case ErrorCode::kIo: return "i/o error";
-    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kShapeMismatch:
+      return "shape mismatch";
+    case ErrorCode::kDTypeMismatch:
+      return "dtype mismatch";
+    case ErrorCode::kNullData:
+      return "null data";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kOutOfMemory:
+      return "out of memory";
+    case ErrorCode::kIo:
+      return "i/o error";
+    case ErrorCode::kInternal:
+      return "internal error";
   }
   return "error";
 }

@@ -12,8 +12,8 @@ namespace tboost {
 std::shared_ptr<void> aligned_buffer(size_t bytes) {
   const size_t rounded = ((bytes + 63) / 64) * 64;
   void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
-  TBOOST_CHECK_CODE(p != nullptr || rounded == 0, ErrorCode::kOutOfMemory,
-                    "could not allocate ", bytes, " bytes (64-byte aligned)");
+  TBOOST_CHECK_CODE(p != nullptr || rounded == 0, ErrorCode::kOutOfMemory, "could not allocate ",
+                    bytes, " bytes (64-byte aligned)");
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
@@ -149,7 +149,8 @@ Tensor Tensor::contiguous_copy() const {
   Shape idx(static_cast<size_t>(desc_.ndim), 0);
   for (int64_t i = 0; i < n; ++i) {
     int64_t off = 0;
-    for (int d = 0; d < desc_.ndim; ++d) off += idx[static_cast<size_t>(d)] * desc_.strides[static_cast<size_t>(d)];
+    for (int d = 0; d < desc_.ndim; ++d)
+      off += idx[static_cast<size_t>(d)] * desc_.strides[static_cast<size_t>(d)];
     std::memcpy(static_cast<char*>(t.data_) + static_cast<size_t>(i) * es,
                 static_cast<const char*>(data_) + off * static_cast<int64_t>(es), es);
     for (int d = desc_.ndim - 1; d >= 0; --d) {
@@ -166,8 +167,8 @@ static int64_t flat_offset(const TensorDesc& d, const Shape& index) {
   int64_t off = 0;
   for (int i = 0; i < d.ndim; ++i) {
     const auto u = static_cast<size_t>(i);
-    TBOOST_CHECK_CODE(index[u] >= 0 && index[u] < d.dims[u], ErrorCode::kShapeMismatch,
-                      "index ", shape_to_string(index), " out of range for ", d.shape_string());
+    TBOOST_CHECK_CODE(index[u] >= 0 && index[u] < d.dims[u], ErrorCode::kShapeMismatch, "index ",
+                      shape_to_string(index), " out of range for ", d.shape_string());
     off += index[u] * d.strides[u];
   }
   return off;

@@ -26,10 +26,10 @@ class ActivationOp : public OpBase<ops::ActivationParam> {
     Shape s = x.shape();
     if (ops::is_gated(param_.type)) {
       if (s.back() % 2 != 0)
-        chk.fail(ErrorCode::kShapeMismatch,
-                 std::string("input 0 (x) last dim must be even for ") +
-                     ops::activation_type_name(param_.type) + " (gate and up halves), got " +
-                     std::to_string(s.back()));
+        chk.fail(ErrorCode::kShapeMismatch, std::string("input 0 (x) last dim must be even for ") +
+                                                ops::activation_type_name(param_.type) +
+                                                " (gate and up halves), got " +
+                                                std::to_string(s.back()));
       s.back() /= 2;
     }
     return {TensorDesc::contiguous(x.dtype, s)};
@@ -120,13 +120,20 @@ std::unique_ptr<Operation> make_softmax(const ops::SoftmaxParam& p) {
 namespace tboost::ops {
 const char* activation_type_name(ActivationType t) {
   switch (t) {
-    case ActivationType::kRelu: return "relu";
-    case ActivationType::kGeluErf: return "gelu_erf";
-    case ActivationType::kGeluTanh: return "gelu_tanh";
-    case ActivationType::kSilu: return "silu";
-    case ActivationType::kSwiGlu: return "swiglu";
-    case ActivationType::kGeGluErf: return "geglu_erf";
-    case ActivationType::kGeGluTanh: return "geglu_tanh";
+    case ActivationType::kRelu:
+      return "relu";
+    case ActivationType::kGeluErf:
+      return "gelu_erf";
+    case ActivationType::kGeluTanh:
+      return "gelu_tanh";
+    case ActivationType::kSilu:
+      return "silu";
+    case ActivationType::kSwiGlu:
+      return "swiglu";
+    case ActivationType::kGeGluErf:
+      return "geglu_erf";
+    case ActivationType::kGeGluTanh:
+      return "geglu_tanh";
   }
   return "?";
 }

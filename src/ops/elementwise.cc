@@ -106,8 +106,8 @@ class ElementwiseOp : public OpBase<ops::ElementwiseParam> {
       a.b_col_stride = bd.ndim ? bd.stride(-1) : 0;
       if (a.b_col_stride != 0) a.b_col_stride = 1;
       a.dtype = ta.dtype();
-      a.op = param_.type == ElementwiseType::kAdd ? kernels::BinaryOp::kAdd
-                                                  : kernels::BinaryOp::kMul;
+      a.op =
+          param_.type == ElementwiseType::kAdd ? kernels::BinaryOp::kAdd : kernels::BinaryOp::kMul;
       a.threads = ctx.num_threads(), a.ftz = ctx.flush_denormals();
       binary_(a);
     } else if (param_.type == ElementwiseType::kScale) {
@@ -122,14 +122,15 @@ class ElementwiseOp : public OpBase<ops::ElementwiseParam> {
       const RowView xr = row_view(x.desc()), yr = row_view(y.desc());
       const size_t xs = dtype_size(x.dtype()), ys = dtype_size(y.dtype());
       const int64_t min_rows = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, yr.cols));
-      parallel_for(ctx.num_threads(), yr.count, min_rows, ctx.flush_denormals(),
-                   [&](int64_t r0, int64_t r1) {
-                     for (int64_t r = r0; r < r1; ++r)
-                       convert(static_cast<char*>(y.data()) + yr.offset(r) * static_cast<int64_t>(ys),
-                               y.dtype(),
-                               static_cast<const char*>(x.data()) + xr.offset(r) * static_cast<int64_t>(xs),
-                               x.dtype(), yr.cols);
-                   });
+      parallel_for(
+          ctx.num_threads(), yr.count, min_rows, ctx.flush_denormals(),
+          [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r)
+              convert(static_cast<char*>(y.data()) + yr.offset(r) * static_cast<int64_t>(ys),
+                      y.dtype(),
+                      static_cast<const char*>(x.data()) + xr.offset(r) * static_cast<int64_t>(xs),
+                      x.dtype(), yr.cols);
+          });
     }
   }
 
@@ -156,7 +157,8 @@ class EmbeddingOp : public OpBase<ops::EmbeddingParam> {
     chk.rank(1, "ids", ids, 0, kMaxDims - 1);
     chk.dtype_in(1, "ids", ids, {DType::kI32, DType::kI64});
     if (!ids.is_contiguous())
-      chk.fail(ErrorCode::kShapeMismatch, "input 1 (ids) must be contiguous, got " + ids.to_string());
+      chk.fail(ErrorCode::kShapeMismatch,
+               "input 1 (ids) must be contiguous, got " + ids.to_string());
     Shape s = ids.shape();
     s.push_back(table.dim(1));
     return {TensorDesc::contiguous(table.dtype, s)};
@@ -189,13 +191,15 @@ class EmbeddingOp : public OpBase<ops::EmbeddingParam> {
     const size_t es = dtype_size(table.dtype());
     const RowView yr = row_view(y.desc());
     const int64_t ts = table.stride(0);
-    parallel_for(ctx.num_threads(), n, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, C)), false,
-                 [&](int64_t r0, int64_t r1) {
-                   for (int64_t r = r0; r < r1; ++r)
-                     std::memcpy(static_cast<char*>(y.data()) + yr.offset(r) * static_cast<int64_t>(es),
-                                 static_cast<const char*>(table.data()) + id_at(r) * ts * static_cast<int64_t>(es),
-                                 static_cast<size_t>(C) * es);
-                 });
+    parallel_for(
+        ctx.num_threads(), n, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, C)), false,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r)
+            std::memcpy(
+                static_cast<char*>(y.data()) + yr.offset(r) * static_cast<int64_t>(es),
+                static_cast<const char*>(table.data()) + id_at(r) * ts * static_cast<int64_t>(es),
+                static_cast<size_t>(C) * es);
+        });
   }
 };
 
@@ -213,10 +217,14 @@ std::unique_ptr<Operation> make_embedding(const ops::EmbeddingParam& p) {
 namespace tboost::ops {
 const char* elementwise_type_name(ElementwiseType t) {
   switch (t) {
-    case ElementwiseType::kAdd: return "add";
-    case ElementwiseType::kMul: return "mul";
-    case ElementwiseType::kScale: return "scale";
-    case ElementwiseType::kCast: return "cast";
+    case ElementwiseType::kAdd:
+      return "add";
+    case ElementwiseType::kMul:
+      return "mul";
+    case ElementwiseType::kScale:
+      return "scale";
+    case ElementwiseType::kCast:
+      return "cast";
   }
   return "?";
 }

@@ -534,10 +534,18 @@ class LinearOp : public OpBase<LinearParam> {
       act.x_rows = act.y_rows = strided_rows(p.M, p.N, p.ld_y);
       act.dtype = p.compute();
       switch (p.param.activation) {
-        case Activation::kRelu: act.type = ops::ActivationType::kRelu; break;
-        case Activation::kGeluErf: act.type = ops::ActivationType::kGeluErf; break;
-        case Activation::kGeluTanh: act.type = ops::ActivationType::kGeluTanh; break;
-        default: act.type = ops::ActivationType::kSilu; break;
+        case Activation::kRelu:
+          act.type = ops::ActivationType::kRelu;
+          break;
+        case Activation::kGeluErf:
+          act.type = ops::ActivationType::kGeluErf;
+          break;
+        case Activation::kGeluTanh:
+          act.type = ops::ActivationType::kGeluTanh;
+          break;
+        default:
+          act.type = ops::ActivationType::kSilu;
+          break;
       }
       act.threads = nt;
       act.ftz = ftz;

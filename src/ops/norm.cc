@@ -84,9 +84,10 @@ class NormOp : public OpBase<P> {
       chk.last_dim_contiguous(j, role, in[static_cast<size_t>(j)]);
     }
     if (has_bias() && in[static_cast<size_t>(k)].dtype != in[static_cast<size_t>(k + 1)].dtype)
-      chk.fail(ErrorCode::kDTypeMismatch, "weight and bias must share a dtype, got " +
-                                              std::string(dtype_name(in[static_cast<size_t>(k)].dtype)) +
-                                              " and " + dtype_name(in[static_cast<size_t>(k + 1)].dtype));
+      chk.fail(ErrorCode::kDTypeMismatch,
+               "weight and bias must share a dtype, got " +
+                   std::string(dtype_name(in[static_cast<size_t>(k)].dtype)) + " and " +
+                   dtype_name(in[static_cast<size_t>(k + 1)].dtype));
     std::vector<TensorDesc> out = {TensorDesc::contiguous(x.dtype, x.shape())};
     if (param_.layer == ops::NormLayer::kPreNorm)
       out.push_back(TensorDesc::contiguous(x.dtype, x.shape()));
@@ -105,7 +106,8 @@ class NormOp : public OpBase<P> {
                     pack.outputs[i].dim(-1) <= 1,
                 "output " + std::to_string(i) + " needs a contiguous last dim");
     const size_t n = pack.outputs.size();
-    if (!kRms && param_.output_stats && !same_descs({pack.outputs[n - 2]}, {pack.outputs[n - 1].desc()}))
+    if (!kRms && param_.output_stats &&
+        !same_descs({pack.outputs[n - 2]}, {pack.outputs[n - 1].desc()}))
       chk.fail(ErrorCode::kShapeMismatch, "outputs mean and rstd need the same strides");
     kernel_ = get_kernel<decltype(kernels::norm_forward)>(name(), ctx.device(),
                                                           pack.inputs[0].dtype(), &impl_);
@@ -168,9 +170,12 @@ std::unique_ptr<Operation> make_layer_norm(const ops::LayerNormParam& p) {
 namespace tboost::ops {
 const char* norm_layer_name(NormLayer l) {
   switch (l) {
-    case NormLayer::kNorm: return "NORM";
-    case NormLayer::kPreNorm: return "PRENORM";
-    case NormLayer::kPostNorm: return "POSTNORM";
+    case NormLayer::kNorm:
+      return "NORM";
+    case NormLayer::kPreNorm:
+      return "PRENORM";
+    case NormLayer::kPostNorm:
+      return "POSTNORM";
   }
   return "?";
 }

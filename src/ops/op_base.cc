@@ -14,8 +14,8 @@ static std::string who(int idx, const char* role) {
 void Checker::count(const std::vector<TensorDesc>& in, size_t expected,
                     const std::string& names) const {
   if (in.size() != expected)
-    fail(ErrorCode::kInvalidArgument, "expected " + std::to_string(expected) + " inputs (" +
-                                          names + "), got " + std::to_string(in.size()));
+    fail(ErrorCode::kInvalidArgument, "expected " + std::to_string(expected) + " inputs (" + names +
+                                          "), got " + std::to_string(in.size()));
 }
 
 void Checker::rank(int idx, const char* role, const TensorDesc& d, int min_rank,
@@ -64,8 +64,8 @@ void Checker::dim_eq(int idx, const char* role, const TensorDesc& d, int axis, i
 
 void Checker::last_dim_contiguous(int idx, const char* role, const TensorDesc& d) const {
   if (d.ndim > 0 && d.dim(-1) > 1 && d.stride(-1) != 1)
-    fail(ErrorCode::kShapeMismatch, who(idx, role) + " needs a contiguous last dim (stride 1), got " +
-                                        d.to_string());
+    fail(ErrorCode::kShapeMismatch,
+         who(idx, role) + " needs a contiguous last dim (stride 1), got " + d.to_string());
 }
 
 std::vector<TensorDesc> descs_of(const std::vector<Tensor>& ts) {

@@ -66,22 +66,22 @@ class OpBase : public Operation {
     const std::vector<TensorDesc> expected = infer_shape(in);
     for (size_t i = 0; i < pack.inputs.size(); ++i)
       if (pack.inputs[i].numel() > 0 && pack.inputs[i].data() == nullptr)
-        chk.fail(ErrorCode::kNullData, "input " + std::to_string(i) + " (" + input_role(i) +
-                                           ") " + in[i].to_string() + " has no data pointer");
+        chk.fail(ErrorCode::kNullData, "input " + std::to_string(i) + " (" + input_role(i) + ") " +
+                                           in[i].to_string() + " has no data pointer");
     if (pack.outputs.size() != expected.size())
-      chk.fail(ErrorCode::kInvalidArgument,
-               "expected " + std::to_string(expected.size()) + " outputs, got " +
-                   std::to_string(pack.outputs.size()));
+      chk.fail(ErrorCode::kInvalidArgument, "expected " + std::to_string(expected.size()) +
+                                                " outputs, got " +
+                                                std::to_string(pack.outputs.size()));
     for (size_t i = 0; i < expected.size(); ++i) {
       const TensorDesc& o = pack.outputs[i].desc();
       if (!o.same_shape(expected[i]) || o.dtype != expected[i].dtype)
-        chk.fail(o.dtype != expected[i].dtype ? ErrorCode::kDTypeMismatch
-                                              : ErrorCode::kShapeMismatch,
-                 "output " + std::to_string(i) + " (" + output_role(i) + ") expected " +
-                     expected[i].to_string() + ", got " + o.to_string());
+        chk.fail(
+            o.dtype != expected[i].dtype ? ErrorCode::kDTypeMismatch : ErrorCode::kShapeMismatch,
+            "output " + std::to_string(i) + " (" + output_role(i) + ") expected " +
+                expected[i].to_string() + ", got " + o.to_string());
       if (o.numel() > 0 && pack.outputs[i].data() == nullptr)
-        chk.fail(ErrorCode::kNullData, "output " + std::to_string(i) + " (" + output_role(i) +
-                                           ") has no data pointer");
+        chk.fail(ErrorCode::kNullData,
+                 "output " + std::to_string(i) + " (" + output_role(i) + ") has no data pointer");
     }
     ws_ = do_setup(pack, ctx, chk);
     in_ = in;
@@ -98,12 +98,12 @@ class OpBase : public Operation {
       const Checker chk(name());
       for (size_t i = 0; i < pack.inputs.size(); ++i)
         if (pack.inputs[i].numel() > 0 && pack.inputs[i].data() == nullptr)
-          chk.fail(ErrorCode::kNullData, "input " + std::to_string(i) + " (" + input_role(i) +
-                                             ") has no data pointer");
+          chk.fail(ErrorCode::kNullData,
+                   "input " + std::to_string(i) + " (" + input_role(i) + ") has no data pointer");
       for (size_t i = 0; i < pack.outputs.size(); ++i)
         if (pack.outputs[i].numel() > 0 && pack.outputs[i].data() == nullptr)
-          chk.fail(ErrorCode::kNullData, "output " + std::to_string(i) + " (" +
-                                             output_role(i) + ") has no data pointer");
+          chk.fail(ErrorCode::kNullData,
+                   "output " + std::to_string(i) + " (" + output_role(i) + ") has no data pointer");
     }
     if (workspace_size < ws_ || (ws_ > 0 && workspace == nullptr))
       Checker(name()).fail(ErrorCode::kInvalidArgument,
@@ -115,9 +115,7 @@ class OpBase : public Operation {
 
  protected:
   virtual void validate_param(const Checker& chk) const {}
-  virtual size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) {
-    return 0;
-  }
+  virtual size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) { return 0; }
   virtual void do_execute(const VariantPack& pack, void* workspace, Context& ctx) = 0;
   virtual std::string input_role(size_t i) const { return "#" + std::to_string(i); }
   virtual std::string output_role(size_t i) const { return "#" + std::to_string(i); }

@@ -16,16 +16,15 @@ Overload(F...) -> Overload<F...>;
 
 std::unique_ptr<Operation> create_operation(const AnyParam& param) {
   using namespace ops_internal;
-  return std::visit(
-      Overload{[](const ops::LinearParam& p) { return make_linear(p); },
-               [](const ops::RmsNormParam& p) { return make_rms_norm(p); },
-               [](const ops::LayerNormParam& p) { return make_layer_norm(p); },
-               [](const ops::RopeParam& p) { return make_rope(p); },
-               [](const ops::ActivationParam& p) { return make_activation(p); },
-               [](const ops::SoftmaxParam& p) { return make_softmax(p); },
-               [](const ops::ElementwiseParam& p) { return make_elementwise(p); },
-               [](const ops::EmbeddingParam& p) { return make_embedding(p); }},
-      param);
+  return std::visit(Overload{[](const ops::LinearParam& p) { return make_linear(p); },
+                             [](const ops::RmsNormParam& p) { return make_rms_norm(p); },
+                             [](const ops::LayerNormParam& p) { return make_layer_norm(p); },
+                             [](const ops::RopeParam& p) { return make_rope(p); },
+                             [](const ops::ActivationParam& p) { return make_activation(p); },
+                             [](const ops::SoftmaxParam& p) { return make_softmax(p); },
+                             [](const ops::ElementwiseParam& p) { return make_elementwise(p); },
+                             [](const ops::EmbeddingParam& p) { return make_embedding(p); }},
+                    param);
 }
 
 void run_operation(Operation& op, const VariantPack& pack, Context& ctx) {

@@ -48,8 +48,8 @@ ErasedFn find_kernel_erased(const std::string& op, Device device, DType dtype,
   auto it = table().find(Key{op, device, dtype});
   TBOOST_CHECK_CODE(it != table().end(), ErrorCode::kUnsupported, op, ": no kernel for device ",
                     device_name(device), " and dtype ", dtype_name(dtype));
-  TBOOST_CHECK_CODE(it->second.signature == std::type_index(signature), ErrorCode::kInternal,
-                    op, ": kernel registered with another signature");
+  TBOOST_CHECK_CODE(it->second.signature == std::type_index(signature), ErrorCode::kInternal, op,
+                    ": kernel registered with another signature");
   if (impl) *impl = it->second.impl;
   return it->second.fn;
 }

@@ -20,8 +20,8 @@ std::vector<CaseSpec> activation_cases() {
     bool strided;
     int threads;
   };
-  const Shp shapes[] = {{{5, 38}, false, 0}, {{3, 4, 70}, true, 2}, {{1, 2}, false, 1},
-                        {{129, 130}, false, 2}};
+  const Shp shapes[] = {
+      {{5, 38}, false, 0}, {{3, 4, 70}, true, 2}, {{1, 2}, false, 1}, {{129, 130}, false, 2}};
   for (ActivationType t : types)
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
       for (const Shp& s : shapes)
@@ -35,7 +35,8 @@ std::vector<CaseSpec> activation_cases() {
                              OpCase c;
                              c.param = ActivationParam{.type = t, .gate_first = gate_first};
                              // Wide range: exercises the exp clamps and both GELU tails.
-                             c.inputs.push_back(random_tensor(rng, dt, s.shape, s.strided, -12, 12));
+                             c.inputs.push_back(
+                                 random_tensor(rng, dt, s.shape, s.strided, -12, 12));
                              c.strided_outputs = s.strided;
                              c.threads = s.threads;
                              c.reference = [=](const std::vector<Tensor>& in) {
@@ -43,8 +44,8 @@ std::vector<CaseSpec> activation_cases() {
                                const int64_t cols = s.shape.back();
                                const int64_t rows = static_cast<int64_t>(x.size()) / cols;
                                RefOut y;
-                               kernels::ref::activation(&y, x, rows, ops::is_gated(t) ? cols / 2 : cols,
-                                                        t, gate_first);
+                               kernels::ref::activation(
+                                   &y, x, rows, ops::is_gated(t) ? cols / 2 : cols, t, gate_first);
                                return std::vector<Expected>{{y, tolerance(dt)}};
                              };
                              return c;
@@ -124,8 +125,10 @@ std::vector<CaseSpec> softmax_cases() {
     float scale;
     bool masked;
   };
-  const Shp shapes[] = {{{7, 77}, false, 1.0f, false},   {{2, 3, 130}, true, 0.125f, false},
-                        {{3, 4099}, false, 1.0f, false}, {{6, 33}, false, 0.5f, true},
+  const Shp shapes[] = {{{7, 77}, false, 1.0f, false},
+                        {{2, 3, 130}, true, 0.125f, false},
+                        {{3, 4099}, false, 1.0f, false},
+                        {{6, 33}, false, 0.5f, true},
                         {{1, 1}, false, 1.0f, false}};
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
     for (const Shp& s : shapes) {
@@ -164,7 +167,8 @@ std::vector<BadSpec> softmax_bad() {
        [](Rng&) {
          BadCase b;
          b.param = ops::SoftmaxParam{};
-         b.inputs.push_back(Buffer{Tensor::empty(DType::kF32, {3, 0}), Tensor::empty(DType::kF32, {3, 0})});
+         b.inputs.push_back(
+             Buffer{Tensor::empty(DType::kF32, {3, 0}), Tensor::empty(DType::kF32, {3, 0})});
          b.outputs.push_back(TensorDesc::contiguous(DType::kF32, {3, 0}));
          b.expect_substring = "input 0 (x) has an empty last dim";
          return b;
@@ -187,6 +191,16 @@ std::vector<BadSpec> softmax_bad() {
          b.inputs.push_back(x);
          b.outputs.push_back(TensorDesc::contiguous(DType::kF32, {3, 4}));
          b.expect_substring = "input 0 (x) needs a contiguous last dim";
+         return b;
+       }},
+      {"null_data",
+       [](Rng& rng) {
+         BadCase b;
+         b.param = ops::SoftmaxParam{};
+         b.inputs.push_back(random_tensor(rng, DType::kF32, {3, 4}, false));
+         b.inputs[0].view = Tensor(b.inputs[0].view.desc(), nullptr);
+         b.outputs.push_back(TensorDesc::contiguous(DType::kF32, {3, 4}));
+         b.expect_substring = "input 0 (x) f32[3,4] has no data pointer";
          return b;
        }},
       {"wrong_output_dtype",

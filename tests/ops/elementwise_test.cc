@@ -42,28 +42,29 @@ std::vector<CaseSpec> elementwise_cases() {
     Shape a, b;
     bool strided;
   };
-  const Bin bins[] = {{{5, 37}, {5, 37}, false},      {{3, 4, 37}, {37}, true},
-                      {{3, 4, 37}, {4, 1}, false},    {{3, 4, 37}, {3, 1, 37}, true},
-                      {{2, 1031}, {1}, false},        {{1027}, {1027}, false}};
+  const Bin bins[] = {{{5, 37}, {5, 37}, false},   {{3, 4, 37}, {37}, true},
+                      {{3, 4, 37}, {4, 1}, false}, {{3, 4, 37}, {3, 1, 37}, true},
+                      {{2, 1031}, {1}, false},     {{1027}, {1027}, false}};
   for (bool add : {true, false})
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
       for (const Bin& s : bins) {
         const std::string name = std::string(add ? "add_" : "mul_") + dtype_name(dt) + "_" +
                                  shape_to_string(s.a) + "_by_" + shape_to_string(s.b) +
                                  (s.strided ? "_strided" : "");
-        cases.push_back({name, [=](Rng& rng) {
-                           OpCase c;
-                           c.param = ElementwiseParam{.type = add ? ElementwiseType::kAdd
-                                                                  : ElementwiseType::kMul};
-                           c.inputs.push_back(random_tensor(rng, dt, s.a, s.strided, -4, 4));
-                           c.inputs.push_back(random_tensor(rng, dt, s.b, false, -4, 4));
-                           c.strided_outputs = s.strided;
-                           c.threads = 2;
-                           c.reference = [=](const std::vector<Tensor>& in) {
-                             return std::vector<Expected>{{ref_binary(in[0], in[1], add), tolerance(dt)}};
-                           };
-                           return c;
-                         }});
+        cases.push_back(
+            {name, [=](Rng& rng) {
+               OpCase c;
+               c.param =
+                   ElementwiseParam{.type = add ? ElementwiseType::kAdd : ElementwiseType::kMul};
+               c.inputs.push_back(random_tensor(rng, dt, s.a, s.strided, -4, 4));
+               c.inputs.push_back(random_tensor(rng, dt, s.b, false, -4, 4));
+               c.strided_outputs = s.strided;
+               c.threads = 2;
+               c.reference = [=](const std::vector<Tensor>& in) {
+                 return std::vector<Expected>{{ref_binary(in[0], in[1], add), tolerance(dt)}};
+               };
+               return c;
+             }});
       }
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
     cases.push_back({std::string("scale_") + dtype_name(dt) + "_[3,5,67]_strided", [=](Rng& rng) {
@@ -82,24 +83,24 @@ std::vector<CaseSpec> elementwise_cases() {
   const DType all[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI8, DType::kI32};
   for (DType from : all)
     for (DType to : all) {
-      cases.push_back({std::string("cast_") + dtype_name(from) + "_to_" + dtype_name(to),
-                       [=](Rng& rng) {
-                         OpCase c;
-                         c.param = ElementwiseParam{.type = ElementwiseType::kCast, .out_dtype = to};
-                         c.inputs.push_back(random_tensor(rng, from, {4, 3, 45}, true, -100, 100));
-                         c.strided_outputs = true;
-                         c.reference = [=](const std::vector<Tensor>& in) {
-                           RefOut y;
-                           y.value = to_f64(in[0]);
-                           // Casting rounds once to the target type: exact for integers (which
-                           // hold only integral values here), half an ulp for floats.
-                           for (double& v : y.value)
-                             if (!is_floating(to)) v = std::nearbyint(v);
-                           const double tol = is_floating(to) ? tolerance(to) : 0.0;
-                           return std::vector<Expected>{{y, tol}};
-                         };
-                         return c;
-                       }});
+      cases.push_back(
+          {std::string("cast_") + dtype_name(from) + "_to_" + dtype_name(to), [=](Rng& rng) {
+             OpCase c;
+             c.param = ElementwiseParam{.type = ElementwiseType::kCast, .out_dtype = to};
+             c.inputs.push_back(random_tensor(rng, from, {4, 3, 45}, true, -100, 100));
+             c.strided_outputs = true;
+             c.reference = [=](const std::vector<Tensor>& in) {
+               RefOut y;
+               y.value = to_f64(in[0]);
+               // Casting rounds once to the target type: exact for integers (which
+               // hold only integral values here), half an ulp for floats.
+               for (double& v : y.value)
+                 if (!is_floating(to)) v = std::nearbyint(v);
+               const double tol = is_floating(to) ? tolerance(to) : 0.0;
+               return std::vector<Expected>{{y, tol}};
+             };
+             return c;
+           }});
     }
   return cases;
 }
@@ -134,6 +135,17 @@ std::vector<BadSpec> elementwise_bad() {
          c.expect_substring = "expected 2 inputs (a, b for mul), got 1";
          return c;
        }},
+      {"null_b",
+       [](Rng& rng) {
+         BadCase c;
+         c.param = ElementwiseParam{.type = ElementwiseType::kAdd};
+         c.inputs.push_back(random_tensor(rng, DType::kF32, {3, 4}, false));
+         c.inputs.push_back(random_tensor(rng, DType::kF32, {4}, false));
+         c.inputs[1].view = Tensor(c.inputs[1].view.desc(), nullptr);
+         c.outputs.push_back(TensorDesc::contiguous(DType::kF32, {3, 4}));
+         c.expect_substring = "input 1 (b) f32[4] has no data pointer";
+         return c;
+       }},
       {"scale_int",
        [](Rng& rng) {
          BadCase c;
@@ -162,8 +174,8 @@ std::vector<CaseSpec> embedding_cases() {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
     for (DType it : {DType::kI32, DType::kI64})
       for (bool strided : {false, true}) {
-        const std::string name = std::string("embedding_") + dtype_name(dt) + "_" +
-                                 dtype_name(it) + (strided ? "_strided" : "");
+        const std::string name = std::string("embedding_") + dtype_name(dt) + "_" + dtype_name(it) +
+                                 (strided ? "_strided" : "");
         cases.push_back({name, [=](Rng& rng) {
                            OpCase c;
                            c.param = ops::EmbeddingParam{};
@@ -179,7 +191,8 @@ std::vector<CaseSpec> embedding_cases() {
                              RefOut y;
                              for (double i : id)
                                for (int64_t j = 0; j < C; ++j)
-                                 y.value.push_back(table[static_cast<size_t>(static_cast<int64_t>(i) * C + j)]);
+                                 y.value.push_back(
+                                     table[static_cast<size_t>(static_cast<int64_t>(i) * C + j)]);
                              return std::vector<Expected>{{y, 0.0}};  // a copy: exact
                            };
                            return c;
@@ -209,9 +222,23 @@ std::vector<BadSpec> embedding_bad() {
   for (int i = 0; i < 3; ++i) neg.data_as<int64_t>()[i] = i == 1 ? -1 : i;
   Tensor fl = Tensor::zeros(DType::kF32, {3});
   return {
-      {"id_too_large", with_ids(big, "input 1 (ids) element 2 is 10, outside the table's [0, 10)", true)},
-      {"id_negative", with_ids(neg, "input 1 (ids) element 1 is -1, outside the table's [0, 10)", true)},
+      {"id_too_large",
+       with_ids(big, "input 1 (ids) element 2 is 10, outside the table's [0, 10)", true)},
+      {"id_negative",
+       with_ids(neg, "input 1 (ids) element 1 is -1, outside the table's [0, 10)", true)},
       {"float_ids", with_ids(fl, "input 1 (ids) expected dtype one of {i32, i64}, got f32", false)},
+      {"null_table",
+       [](Rng& rng) {
+         BadCase c;
+         c.param = ops::EmbeddingParam{};
+         c.inputs.push_back(random_tensor(rng, DType::kF32, {10, 8}, false));
+         c.inputs[0].view = Tensor(c.inputs[0].view.desc(), nullptr);
+         Tensor ids = Tensor::zeros(DType::kI32, {2});
+         c.inputs.push_back(Buffer{ids, ids});
+         c.outputs.push_back(TensorDesc::contiguous(DType::kF32, {2, 8}));
+         c.expect_substring = "input 0 (table) f32[10,8] has no data pointer";
+         return c;
+       }},
       {"table_rank",
        [](Rng& rng) {
          BadCase c;

@@ -103,10 +103,14 @@ Vec to_f64(const Tensor& t) {
 double tolerance(DType dtype, int64_t reduction_len) {
   const bool long_red = reduction_len >= 2048;
   switch (dtype) {
-    case DType::kF32: return std::ldexp(1.0, -11);
-    case DType::kBF16: return std::ldexp(1.0, long_red ? -6 : -7);
-    case DType::kF16: return std::ldexp(1.0, long_red ? -7 : -8);
-    default: return 0.0;  // integers: exact
+    case DType::kF32:
+      return std::ldexp(1.0, -11);
+    case DType::kBF16:
+      return std::ldexp(1.0, long_red ? -6 : -7);
+    case DType::kF16:
+      return std::ldexp(1.0, long_red ? -7 : -8);
+    default:
+      return 0.0;  // integers: exact
   }
 }
 
@@ -126,8 +130,9 @@ static bool sentinel_intact(const Buffer& b, std::string* where) {
   const auto* bytes = static_cast<const unsigned char*>(s.data());
   Shape idx(static_cast<size_t>(nd), 0);
   for (int64_t i = 0; i < n; ++i) {
-    const bool in_pad = idx[static_cast<size_t>(nd - 1)] >= s.dim(-1) - b.pad_last ||
-                        (b.pad_second && idx[static_cast<size_t>(nd - 2)] >= s.dim(-2) - b.pad_second);
+    const bool in_pad =
+        idx[static_cast<size_t>(nd - 1)] >= s.dim(-1) - b.pad_last ||
+        (b.pad_second && idx[static_cast<size_t>(nd - 2)] >= s.dim(-2) - b.pad_second);
     if (in_pad)
       for (size_t k = 0; k < es; ++k)
         if (bytes[static_cast<size_t>(i) * es + k] != 0xA5) {
@@ -179,7 +184,8 @@ void run_case(const CaseSpec& spec) {
     // absolute error whatever the relative tolerance says.
     const DType odt = outs[o].view.dtype();
     const double abs_floor = odt == DType::kF16 ? std::ldexp(1.0, -24)
-                             : is_floating(odt) ? std::ldexp(1.0, -126) : 0.0;
+                             : is_floating(odt) ? std::ldexp(1.0, -126)
+                                                : 0.0;
     double err2 = 0.0, ref2 = 0.0, slack2 = 0.0;
     int64_t bad = 0;
     std::ostringstream first;

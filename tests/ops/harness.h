@@ -32,7 +32,9 @@ class Rng {
   Rng();
   explicit Rng(uint64_t seed) : seed_(seed), gen_(seed) {}
   uint64_t seed() const { return seed_; }
-  double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(gen_); }
+  double uniform(double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(gen_);
+  }
   int64_t integer(int64_t lo, int64_t hi) {  // inclusive
     return std::uniform_int_distribution<int64_t>(lo, hi)(gen_);
   }
@@ -111,18 +113,14 @@ std::string test_name(const std::string& name);
 }  // namespace tboost::testing
 
 // Declares the parameterized good/bad suites for one op: PREFIX_cases() and PREFIX_bad().
-#define TBOOST_OP_TESTS(Suite, cases_fn, bad_fn)                                            \
-  class Suite##Test : public ::testing::TestWithParam<::tboost::testing::CaseSpec> {};      \
-  TEST_P(Suite##Test, MatchesFloat64Reference) { ::tboost::testing::run_case(GetParam()); } \
-  INSTANTIATE_TEST_SUITE_P(Cases, Suite##Test, ::testing::ValuesIn(cases_fn()),             \
-                           [](const auto& info) {                                           \
-                             return ::tboost::testing::test_name(info.param.name);          \
-                           });                                                              \
-  class Suite##BadTest : public ::testing::TestWithParam<::tboost::testing::BadSpec> {};    \
-  TEST_P(Suite##BadTest, RejectsWithClearError) {                                           \
-    ::tboost::testing::run_bad_case(GetParam());                                            \
-  }                                                                                         \
-  INSTANTIATE_TEST_SUITE_P(Bad, Suite##BadTest, ::testing::ValuesIn(bad_fn()),              \
-                           [](const auto& info) {                                           \
-                             return ::tboost::testing::test_name(info.param.name);          \
-                           })
+#define TBOOST_OP_TESTS(Suite, cases_fn, bad_fn)                                                 \
+  class Suite##Test : public ::testing::TestWithParam<::tboost::testing::CaseSpec> {};           \
+  TEST_P(Suite##Test, MatchesFloat64Reference) { ::tboost::testing::run_case(GetParam()); }      \
+  INSTANTIATE_TEST_SUITE_P(                                                                      \
+      Cases, Suite##Test, ::testing::ValuesIn(cases_fn()),                                       \
+      [](const auto& info) { return ::tboost::testing::test_name(info.param.name); });           \
+  class Suite##BadTest : public ::testing::TestWithParam<::tboost::testing::BadSpec> {};         \
+  TEST_P(Suite##BadTest, RejectsWithClearError) { ::tboost::testing::run_bad_case(GetParam()); } \
+  INSTANTIATE_TEST_SUITE_P(                                                                      \
+      Bad, Suite##BadTest, ::testing::ValuesIn(bad_fn()),                                        \
+      [](const auto& info) { return ::tboost::testing::test_name(info.param.name); })

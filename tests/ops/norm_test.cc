@@ -25,7 +25,8 @@ struct NormCfg {
 
 std::string cfg_name(const NormCfg& c) {
   std::string s = std::string(c.rms ? "rms_" : "ln_") + ops::norm_layer_name(c.layer) + "_" +
-                  dtype_name(c.dtype) + "_w" + dtype_name(c.wdtype) + "_" + shape_to_string(c.shape);
+                  dtype_name(c.dtype) + "_w" + dtype_name(c.wdtype) + "_" +
+                  shape_to_string(c.shape);
   if (c.strided) s += "_strided";
   if (c.plus_one) s += "_plus1";
   if (!c.rms && !c.bias) s += "_nobias";
@@ -39,15 +40,19 @@ OpCase build(const NormCfg& c, Rng& rng) {
   OpCase oc;
   const float eps = c.rms ? 1e-6f : 1e-5f;
   if (c.rms) {
-    oc.param = RmsNormParam{.epsilon = eps, .layer = c.layer, .weight_plus_one = c.plus_one,
-                            .output_stats = c.stats};
+    oc.param = RmsNormParam{
+        .epsilon = eps, .layer = c.layer, .weight_plus_one = c.plus_one, .output_stats = c.stats};
   } else {
-    oc.param = LayerNormParam{.epsilon = eps, .layer = c.layer, .has_bias = c.bias,
-                              .weight_plus_one = c.plus_one, .output_stats = c.stats};
+    oc.param = LayerNormParam{.epsilon = eps,
+                              .layer = c.layer,
+                              .has_bias = c.bias,
+                              .weight_plus_one = c.plus_one,
+                              .output_stats = c.stats};
   }
   const int64_t C = c.shape.back();
   // A non-zero mean makes LayerNorm's cancellation visible.
-  oc.inputs.push_back(random_tensor(rng, c.dtype, c.shape, c.strided, c.offset - 1.0, c.offset + 3.0));
+  oc.inputs.push_back(
+      random_tensor(rng, c.dtype, c.shape, c.strided, c.offset - 1.0, c.offset + 3.0));
   const bool res = c.layer != NormLayer::kNorm;
   if (res) oc.inputs.push_back(random_tensor(rng, c.dtype, c.shape, c.strided));
   oc.inputs.push_back(random_tensor(rng, c.wdtype, {C}, false, 0.5, 1.5));
@@ -106,12 +111,50 @@ std::vector<CaseSpec> norm_cases() {
         add({rms, layer, dt, dt, {2, 3, 2053}, false, true, false, true, 1});
       }
   add({true, NormLayer::kNorm, DType::kF32, DType::kF32, {1, 1}, false, false, true, false, 0});
-  add({false, NormLayer::kNorm, DType::kF32, DType::kF32, {64, 4096}, false, false, true, false, 2});
-  add({true, NormLayer::kPreNorm, DType::kBF16, DType::kBF16, {33, 4096}, true, false, true, true, 2});
+  add({false,
+       NormLayer::kNorm,
+       DType::kF32,
+       DType::kF32,
+       {64, 4096},
+       false,
+       false,
+       true,
+       false,
+       2});
+  add({true,
+       NormLayer::kPreNorm,
+       DType::kBF16,
+       DType::kBF16,
+       {33, 4096},
+       true,
+       false,
+       true,
+       true,
+       2});
   add({true, NormLayer::kNorm, DType::kF32, DType::kF32, {5, 16}, false, true, true, false, 1});
   // Rows with a mean 1000x their spread: the variance must not cancel.
-  add({false, NormLayer::kNorm, DType::kF32, DType::kF32, {9, 3001}, false, false, true, true, 2, 1000.0});
-  add({false, NormLayer::kPreNorm, DType::kF32, DType::kF32, {4, 770}, true, false, true, true, 2, -500.0});
+  add({false,
+       NormLayer::kNorm,
+       DType::kF32,
+       DType::kF32,
+       {9, 3001},
+       false,
+       false,
+       true,
+       true,
+       2,
+       1000.0});
+  add({false,
+       NormLayer::kPreNorm,
+       DType::kF32,
+       DType::kF32,
+       {4, 770},
+       true,
+       false,
+       true,
+       true,
+       2,
+       -500.0});
   return cases;
 }
 

@@ -1,7 +1,6 @@
 // The tboost command line: subcommands over the library. Errors become a message on stderr
 // and a non-zero exit code, never a crash.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <iostream>
 
@@ -20,7 +19,8 @@ int main(int argc, char** argv) {
       "bench-ops", "Benchmark the ops: floors, copy/oneDNN baselines, fused vs unfused");
   bench_ops->add_option("--filter", bopt.filter, "Regex on case names");
   bench_ops->add_flag("--json", json, "Print one JSON array instead of a table");
-  bench_ops->add_option("--threads", bopt.threads, "Threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  bench_ops->add_option("--threads", bopt.threads, "Threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
   bench_ops->add_flag("--quick", bopt.quick, "Smaller tensors and shorter timing (smoke runs)");
 
   CLI11_PARSE(app, argc, argv);

@@ -17,8 +17,8 @@ enum class Device { kCPU, kCUDA };
 const char* device_name(Device d);
 
 struct ContextOptions {
-  int num_threads = 0;        // 0: every core the process may use
-  bool pin_threads = false;   // bind OpenMP thread i to the i-th allowed core
+  int num_threads = 0;       // 0: every core the process may use
+  bool pin_threads = false;  // bind OpenMP thread i to the i-th allowed core
   bool flush_denormals = true;
   uint64_t seed = 0x7b005eedull;
   Device device = Device::kCPU;

@@ -28,8 +28,7 @@ const char* error_code_name(ErrorCode code);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   ErrorCode code() const noexcept { return code_; }
 
  private:
@@ -55,36 +54,35 @@ std::string concat(Args&&... args) {
   ::tboost::detail::throw_error((code), __FILE__, __LINE__, ::tboost::detail::concat(__VA_ARGS__))
 
 // Checks a condition; on failure throws kInvalidArgument naming the condition.
-#define TBOOST_CHECK(cond, ...)                                                      \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      ::tboost::detail::throw_error(::tboost::ErrorCode::kInvalidArgument, __FILE__, \
-                                    __LINE__,                                        \
-                                    ::tboost::detail::concat("check failed: " #cond  \
-                                                             " — ", ##__VA_ARGS__)); \
-    }                                                                                \
+#define TBOOST_CHECK(cond, ...)                                                   \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      ::tboost::detail::throw_error(                                              \
+          ::tboost::ErrorCode::kInvalidArgument, __FILE__, __LINE__,              \
+          ::tboost::detail::concat("check failed: " #cond " — ", ##__VA_ARGS__)); \
+    }                                                                             \
   } while (0)
 
 // Checks a condition; on failure throws the given code.
-#define TBOOST_CHECK_CODE(cond, code, ...)                                                     \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      ::tboost::detail::throw_error((code), __FILE__, __LINE__,                                \
-                                    ::tboost::detail::concat(__VA_ARGS__));                    \
-    }                                                                                          \
+#define TBOOST_CHECK_CODE(cond, code, ...)                                  \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      ::tboost::detail::throw_error((code), __FILE__, __LINE__,             \
+                                    ::tboost::detail::concat(__VA_ARGS__)); \
+    }                                                                       \
   } while (0)
 
 // Binary comparison that reports both values.
-#define TBOOST_CHECK_OP_(a, b, op, ...)                                                      \
-  do {                                                                                       \
-    const auto& tboost_a_ = (a);                                                             \
-    const auto& tboost_b_ = (b);                                                             \
-    if (!(tboost_a_ op tboost_b_)) {                                                         \
-      ::tboost::detail::throw_error(                                                         \
-          ::tboost::ErrorCode::kInvalidArgument, __FILE__, __LINE__,                         \
-          ::tboost::detail::concat("check failed: " #a " " #op " " #b " (", tboost_a_,       \
-                                   " vs ", tboost_b_, ") ", ##__VA_ARGS__));                 \
-    }                                                                                        \
+#define TBOOST_CHECK_OP_(a, b, op, ...)                                                        \
+  do {                                                                                         \
+    const auto& tboost_a_ = (a);                                                               \
+    const auto& tboost_b_ = (b);                                                               \
+    if (!(tboost_a_ op tboost_b_)) {                                                           \
+      ::tboost::detail::throw_error(                                                           \
+          ::tboost::ErrorCode::kInvalidArgument, __FILE__, __LINE__,                           \
+          ::tboost::detail::concat("check failed: " #a " " #op " " #b " (", tboost_a_, " vs ", \
+                                   tboost_b_, ") ", ##__VA_ARGS__));                           \
+    }                                                                                          \
   } while (0)
 #define TBOOST_CHECK_EQ(a, b, ...) TBOOST_CHECK_OP_(a, b, ==, ##__VA_ARGS__)
 #define TBOOST_CHECK_NE(a, b, ...) TBOOST_CHECK_OP_(a, b, !=, ##__VA_ARGS__)

@@ -13,8 +13,8 @@ const char* elementwise_type_name(ElementwiseType t);
 
 struct ElementwiseParam {
   ElementwiseType type = ElementwiseType::kAdd;
-  float alpha = 1.0f;               // kScale
-  DType out_dtype = DType::kF32;    // kCast
+  float alpha = 1.0f;             // kScale
+  DType out_dtype = DType::kF32;  // kCast
   bool operator==(const ElementwiseParam&) const = default;
 };
 

@@ -6,9 +6,11 @@
 // far below the f32 tolerance 2^-11), and 1 / (1 + e) is an approximate reciprocal refined by
 // one Newton step (rel. error ~1e-7) instead of a divide, which is 3–5x slower on x86. Exp
 // arguments are clamped to ±80 so e^(-x) never overflows into inf·0 = NaN.
+// clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/activation.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include <algorithm>
 #include <limits>
@@ -80,9 +82,11 @@ template <ops::ActivationType t, class D, class V>
 HWY_INLINE V Apply(D d, V x) {
   using ops::ActivationType;
   switch (t) {
-    case ActivationType::kRelu: return hn::Max(x, hn::Zero(d));
+    case ActivationType::kRelu:
+      return hn::Max(x, hn::Zero(d));
     case ActivationType::kSilu:
-    case ActivationType::kSwiGlu: return hn::Mul(x, Sigmoid(d, x));
+    case ActivationType::kSwiGlu:
+      return hn::Mul(x, Sigmoid(d, x));
     case ActivationType::kGeluTanh:
     case ActivationType::kGeGluTanh: {
       // 0.5·x·(1 + tanh(u)) = x·sigmoid(2u), u = sqrt(2/pi)·(x + 0.044715·x³)
@@ -143,13 +147,20 @@ template <class T>
 void ActTyped(const ActivationArgs& a, int64_t r0, int64_t r1) {
   using ops::ActivationType;
   switch (a.type) {
-    case ActivationType::kRelu: return ActRows<T, ActivationType::kRelu>(a, r0, r1);
-    case ActivationType::kGeluErf: return ActRows<T, ActivationType::kGeluErf>(a, r0, r1);
-    case ActivationType::kGeluTanh: return ActRows<T, ActivationType::kGeluTanh>(a, r0, r1);
-    case ActivationType::kSilu: return ActRows<T, ActivationType::kSilu>(a, r0, r1);
-    case ActivationType::kSwiGlu: return ActRows<T, ActivationType::kSwiGlu>(a, r0, r1);
-    case ActivationType::kGeGluErf: return ActRows<T, ActivationType::kGeGluErf>(a, r0, r1);
-    case ActivationType::kGeGluTanh: return ActRows<T, ActivationType::kGeGluTanh>(a, r0, r1);
+    case ActivationType::kRelu:
+      return ActRows<T, ActivationType::kRelu>(a, r0, r1);
+    case ActivationType::kGeluErf:
+      return ActRows<T, ActivationType::kGeluErf>(a, r0, r1);
+    case ActivationType::kGeluTanh:
+      return ActRows<T, ActivationType::kGeluTanh>(a, r0, r1);
+    case ActivationType::kSilu:
+      return ActRows<T, ActivationType::kSilu>(a, r0, r1);
+    case ActivationType::kSwiGlu:
+      return ActRows<T, ActivationType::kSwiGlu>(a, r0, r1);
+    case ActivationType::kGeGluErf:
+      return ActRows<T, ActivationType::kGeGluErf>(a, r0, r1);
+    case ActivationType::kGeGluTanh:
+      return ActRows<T, ActivationType::kGeGluTanh>(a, r0, r1);
   }
 }
 
@@ -157,9 +168,12 @@ void ActivationForward(const ActivationArgs& a) {
   const int64_t min_rows = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, a.y_rows.cols));
   parallel_for(a.threads, a.y_rows.count, min_rows, a.ftz, [&](int64_t r0, int64_t r1) {
     switch (a.dtype) {
-      case DType::kF32: return ActTyped<float>(a, r0, r1);
-      case DType::kBF16: return ActTyped<bf16_t>(a, r0, r1);
-      default: return ActTyped<f16_t>(a, r0, r1);
+      case DType::kF32:
+        return ActTyped<float>(a, r0, r1);
+      case DType::kBF16:
+        return ActTyped<bf16_t>(a, r0, r1);
+      default:
+        return ActTyped<f16_t>(a, r0, r1);
     }
   });
 }
@@ -184,8 +198,10 @@ void SoftmaxRows(const SoftmaxArgs& a, int64_t r0, int64_t r1) {
     const float m = ReduceMaxF(d, vmax);
     if (m == ninf) {  // fully masked row: defined output, zeros
       for (int64_t i = 0; i < C; i += L) {
-        if (i + L <= C) StoreF(d, hn::Zero(d), y + i);
-        else StoreTailF(d, hn::Zero(d), y + i, static_cast<size_t>(C - i));
+        if (i + L <= C)
+          StoreF(d, hn::Zero(d), y + i);
+        else
+          StoreTailF(d, hn::Zero(d), y + i, static_cast<size_t>(C - i));
       }
       continue;
     }
@@ -197,8 +213,10 @@ void SoftmaxRows(const SoftmaxArgs& a, int64_t r0, int64_t r1) {
       const auto e = hn::Exp(d, hn::Sub(hn::Mul(load(i, ninf), vs), vm));
       vsum = hn::Add(vsum, e);
       if constexpr (std::is_same_v<T, float>) {
-        if (i + L <= C) StoreF(d, e, y + i);
-        else StoreTailF(d, e, y + i, static_cast<size_t>(C - i));
+        if (i + L <= C)
+          StoreF(d, e, y + i);
+        else
+          StoreTailF(d, e, y + i, static_cast<size_t>(C - i));
       }
     }
     const auto inv = hn::Set(d, 1.0f / ReduceSumF(d, vsum));
@@ -209,8 +227,10 @@ void SoftmaxRows(const SoftmaxArgs& a, int64_t r0, int64_t r1) {
       } else {
         e = hn::Exp(d, hn::Sub(hn::Mul(load(i, ninf), vs), vm));
       }
-      if (i + L <= C) StoreF(d, hn::Mul(e, inv), y + i);
-      else StoreTailF(d, hn::Mul(e, inv), y + i, static_cast<size_t>(C - i));
+      if (i + L <= C)
+        StoreF(d, hn::Mul(e, inv), y + i);
+      else
+        StoreTailF(d, hn::Mul(e, inv), y + i, static_cast<size_t>(C - i));
     }
   }
 }
@@ -219,9 +239,12 @@ void SoftmaxForward(const SoftmaxArgs& a) {
   const int64_t min_rows = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, a.x_rows.cols));
   parallel_for(a.threads, a.x_rows.count, min_rows, a.ftz, [&](int64_t r0, int64_t r1) {
     switch (a.dtype) {
-      case DType::kF32: return SoftmaxRows<float>(a, r0, r1);
-      case DType::kBF16: return SoftmaxRows<bf16_t>(a, r0, r1);
-      default: return SoftmaxRows<f16_t>(a, r0, r1);
+      case DType::kF32:
+        return SoftmaxRows<float>(a, r0, r1);
+      case DType::kBF16:
+        return SoftmaxRows<bf16_t>(a, r0, r1);
+      default:
+        return SoftmaxRows<f16_t>(a, r0, r1);
     }
   });
 }

@@ -4,9 +4,11 @@
 // its own RowView (broadcast dims have stride 0) and its last dim is either contiguous or a
 // broadcast scalar (col stride 0). That covers bias rows, per-token scalars and full tensors
 // with one inner loop.
+// clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/elementwise.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include <algorithm>
 
@@ -49,9 +51,12 @@ void BinaryForward(const BinaryArgs& a) {
   const int64_t min_rows = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, a.y_rows.cols));
   parallel_for(a.threads, a.y_rows.count, min_rows, a.ftz, [&](int64_t r0, int64_t r1) {
     switch (a.dtype) {
-      case DType::kF32: return BinaryRows<float>(a, r0, r1);
-      case DType::kBF16: return BinaryRows<bf16_t>(a, r0, r1);
-      default: return BinaryRows<f16_t>(a, r0, r1);
+      case DType::kF32:
+        return BinaryRows<float>(a, r0, r1);
+      case DType::kBF16:
+        return BinaryRows<bf16_t>(a, r0, r1);
+      default:
+        return BinaryRows<f16_t>(a, r0, r1);
     }
   });
 }
@@ -78,9 +83,12 @@ void ScaleForward(const ScaleArgs& a) {
   const int64_t min_rows = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, a.y_rows.cols));
   parallel_for(a.threads, a.y_rows.count, min_rows, a.ftz, [&](int64_t r0, int64_t r1) {
     switch (a.dtype) {
-      case DType::kF32: return ScaleRows<float>(a, r0, r1);
-      case DType::kBF16: return ScaleRows<bf16_t>(a, r0, r1);
-      default: return ScaleRows<f16_t>(a, r0, r1);
+      case DType::kF32:
+        return ScaleRows<float>(a, r0, r1);
+      case DType::kBF16:
+        return ScaleRows<bf16_t>(a, r0, r1);
+      default:
+        return ScaleRows<f16_t>(a, r0, r1);
     }
   });
 }

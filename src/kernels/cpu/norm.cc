@@ -5,9 +5,11 @@
 // writes y. So DRAM traffic is the floor: read x (+ residual), write y (+ sum). Statistics
 // accumulate in f32 over two vector accumulators; the sum is recomputed from x + residual in
 // f32 in the output pass rather than read back, so bf16 rounding of `sum` never feeds y.
+// clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/norm.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include <algorithm>
 #include <cmath>
@@ -132,7 +134,8 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
     gtab.resize(static_cast<size_t>(steps) + 1);
     for (int64_t k = 0; k <= steps; ++k) {
       ftab[static_cast<size_t>(k)] = static_cast<float>(1.0 / static_cast<double>(k + 1));
-      gtab[static_cast<size_t>(k)] = static_cast<float>(2.0 * static_cast<double>(k) / static_cast<double>(k + 1));
+      gtab[static_cast<size_t>(k)] =
+          static_cast<float>(2.0 * static_cast<double>(k) / static_cast<double>(k + 1));
     }
   }
 
@@ -230,9 +233,12 @@ void NormTyped(const NormArgs& a) {
 void NormForward(const NormArgs& a) {
   const bool wf = a.wdtype == DType::kF32;
   switch (a.dtype) {
-    case DType::kF32: return NormTyped<float, float>(a);
-    case DType::kBF16: return wf ? NormTyped<bf16_t, float>(a) : NormTyped<bf16_t, bf16_t>(a);
-    default: return wf ? NormTyped<f16_t, float>(a) : NormTyped<f16_t, f16_t>(a);
+    case DType::kF32:
+      return NormTyped<float, float>(a);
+    case DType::kBF16:
+      return wf ? NormTyped<bf16_t, float>(a) : NormTyped<bf16_t, bf16_t>(a);
+    default:
+      return wf ? NormTyped<f16_t, float>(a) : NormTyped<f16_t, f16_t>(a);
   }
 }
 

@@ -1,17 +1,16 @@
 // The public free-function kernels (include/tboost/kernels/cpu.h): thin wrappers that fill
 // the internal argument structs for contiguous data.
-#include "tboost/kernels/cpu.h"
-
 #include "src/kernels/cpu/kernels.h"
 #include "tboost/core/context.h"
+#include "tboost/kernels/cpu.h"
 
 namespace tboost::kernels::cpu {
 namespace {
 int threads_or_all(int t) { return t > 0 ? t : available_cores(); }
 
 template <class T, class W>
-void norm(T* y, T* sum, float* mean, float* rstd, const T* x, const T* res, const W* w,
-          const W* b, float eps, int64_t rows, int64_t cols, bool rms, int threads) {
+void norm(T* y, T* sum, float* mean, float* rstd, const T* x, const T* res, const W* w, const W* b,
+          float eps, int64_t rows, int64_t cols, bool rms, int threads) {
   NormArgs a;
   const RowView rv = RowView::contiguous(rows, cols);
   a.y = y, a.y_rows = rv, a.sum = sum, a.sum_rows = rv, a.x = x, a.x_rows = rv;

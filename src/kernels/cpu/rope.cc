@@ -26,9 +26,11 @@
 //
 // In place (y == x) is supported: every element of a pair is loaded before either is stored.
 // A y that overlaps x without being the same view is not (the op rejects it).
+// clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/rope.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include <algorithm>
 #include <cmath>

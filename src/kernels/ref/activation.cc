@@ -15,19 +15,23 @@ double silu(double x) { return x / (1.0 + std::exp(-x)); }
 static double apply(ops::ActivationType t, double x) {
   using ops::ActivationType;
   switch (t) {
-    case ActivationType::kRelu: return x > 0 ? x : 0.0;
+    case ActivationType::kRelu:
+      return x > 0 ? x : 0.0;
     case ActivationType::kSilu:
-    case ActivationType::kSwiGlu: return silu(x);
+    case ActivationType::kSwiGlu:
+      return silu(x);
     case ActivationType::kGeluTanh:
-    case ActivationType::kGeGluTanh: return gelu_tanh(x);
+    case ActivationType::kGeGluTanh:
+      return gelu_tanh(x);
     case ActivationType::kGeluErf:
-    case ActivationType::kGeGluErf: return gelu_erf(x);
+    case ActivationType::kGeGluErf:
+      return gelu_erf(x);
   }
   return x;
 }
 
-void activation(RefOut* y, const Vec& x, int64_t rows, int64_t out_cols,
-                ops::ActivationType type, bool gate_first) {
+void activation(RefOut* y, const Vec& x, int64_t rows, int64_t out_cols, ops::ActivationType type,
+                bool gate_first) {
   const bool gated = ops::is_gated(type);
   const int64_t in_cols = gated ? 2 * out_cols : out_cols;
   y->value.assign(static_cast<size_t>(rows * out_cols), 0.0);
@@ -35,14 +39,14 @@ void activation(RefOut* y, const Vec& x, int64_t rows, int64_t out_cols,
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < out_cols; ++c) {
       const auto o = static_cast<size_t>(r * out_cols + c);
-      const double g = x[static_cast<size_t>(r * in_cols + (gated && !gate_first ? out_cols : 0) + c)];
+      const double g =
+          x[static_cast<size_t>(r * in_cols + (gated && !gate_first ? out_cols : 0) + c)];
       const double a = apply(type, g);
       // GELU is 0.5·x + 0.5·x·erf(x/√2): for x < 0 the two terms cancel, and their magnitudes
       // sum to |x|. We bound with |gelu(x)| + 2^-6·|x|, 64x tighter than the sum of terms.
-      const bool gelu = type == ops::ActivationType::kGeluErf ||
-                        type == ops::ActivationType::kGeluTanh ||
-                        type == ops::ActivationType::kGeGluErf ||
-                        type == ops::ActivationType::kGeGluTanh;
+      const bool gelu =
+          type == ops::ActivationType::kGeluErf || type == ops::ActivationType::kGeluTanh ||
+          type == ops::ActivationType::kGeGluErf || type == ops::ActivationType::kGeGluTanh;
       const double scale = std::abs(a) + (gelu ? std::abs(g) / 64.0 : 0.0);
       if (gated) {
         const double u = x[static_cast<size_t>(r * in_cols + (gate_first ? out_cols : 0) + c)];
@@ -69,7 +73,8 @@ void softmax(RefOut* y, const Vec& x, int64_t rows, int64_t cols, double scale) 
       const auto i = static_cast<size_t>(r * cols + c);
       y->value[i] = std::exp(xr[c] * scale - m) / s;
       // exp(z) carries relative error ~|z|·eps from the rounding of z = x·scale - max.
-      y->scale[i] = std::isinf(xr[c]) ? 0.0 : y->value[i] * (1.0 + std::abs(xr[c] * scale) + std::abs(m));
+      y->scale[i] =
+          std::isinf(xr[c]) ? 0.0 : y->value[i] * (1.0 + std::abs(xr[c] * scale) + std::abs(m));
     }
   }
 }

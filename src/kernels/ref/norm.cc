@@ -5,9 +5,8 @@
 
 namespace tboost::kernels::ref {
 
-void norm(RefOut* y, RefOut* sum, Vec* mean, Vec* rstd, const Vec& x, const Vec* res,
-          const Vec& w, const Vec* b, double eps, int64_t rows, int64_t cols, bool rms,
-          bool plus_one) {
+void norm(RefOut* y, RefOut* sum, Vec* mean, Vec* rstd, const Vec& x, const Vec* res, const Vec& w,
+          const Vec* b, double eps, int64_t rows, int64_t cols, bool rms, bool plus_one) {
   const auto n = static_cast<size_t>(rows * cols);
   y->value.assign(n, 0.0);
   y->scale.assign(n, 0.0);
@@ -44,8 +43,8 @@ void norm(RefOut* y, RefOut* sum, Vec* mean, Vec* rstd, const Vec& x, const Vec*
       const double wc = w[static_cast<size_t>(c)] + (plus_one ? 1.0 : 0.0);
       const double bc = b ? (*b)[static_cast<size_t>(c)] : 0.0;
       y->value[i] = (s[static_cast<size_t>(c)] - mu) * rs * wc + bc;
-      y->scale[i] = (std::abs(s[static_cast<size_t>(c)]) + std::abs(mu)) * rs * std::abs(wc) +
-                    std::abs(bc);
+      y->scale[i] =
+          (std::abs(s[static_cast<size_t>(c)]) + std::abs(mu)) * rs * std::abs(wc) + std::abs(bc);
     }
   }
 }

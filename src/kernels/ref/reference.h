@@ -22,17 +22,16 @@ struct RefOut {
 };
 
 // Norms over rows of `cols`. res and b may be null. sum gets x + res (PRENORM).
-void norm(RefOut* y, RefOut* sum, Vec* mean, Vec* rstd, const Vec& x, const Vec* res,
-          const Vec& w, const Vec* b, double eps, int64_t rows, int64_t cols, bool rms,
-          bool plus_one);
+void norm(RefOut* y, RefOut* sum, Vec* mean, Vec* rstd, const Vec& x, const Vec* res, const Vec& w,
+          const Vec* b, double eps, int64_t rows, int64_t cols, bool rms, bool plus_one);
 
 // Rope over rows of head_dim; token_of_row[r] gives the position index of row r.
 void rope(RefOut* y, const Vec& x, const Vec& positions_of_row, int64_t rows, int64_t head_dim,
           int64_t rotary_dim, ops::RopeRotation rotation, double theta, double scaling);
 
 // Activation over rows: x (rows, F or 2F), y (rows, F).
-void activation(RefOut* y, const Vec& x, int64_t rows, int64_t out_cols,
-                ops::ActivationType type, bool gate_first);
+void activation(RefOut* y, const Vec& x, int64_t rows, int64_t out_cols, ops::ActivationType type,
+                bool gate_first);
 double gelu_erf(double x);
 double gelu_tanh(double x);
 double silu(double x);
@@ -41,7 +40,7 @@ void softmax(RefOut* y, const Vec& x, int64_t rows, int64_t cols, double scale);
 
 // y = act(x · W^T + bias) + residual. x (M, K), w (N, K), bias (N) or empty, residual (M, N)
 // or empty.
-void linear(RefOut* y, const Vec& x, const Vec& w, const Vec& bias, const Vec& residual,
-            int64_t M, int64_t K, int64_t N, ops::Activation act);
+void linear(RefOut* y, const Vec& x, const Vec& w, const Vec& bias, const Vec& residual, int64_t M,
+            int64_t K, int64_t N, ops::Activation act);
 
 }  // namespace tboost::kernels::ref
