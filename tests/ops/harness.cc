@@ -1,12 +1,26 @@
 // Op test harness implementation (see harness.h).
 #include "tests/ops/harness.h"
 
+#include "hwy/targets.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
 namespace tboost::testing {
+
+namespace {
+// TBOOST_TEST_HWY_TARGET=emu128 makes every Highway kernel dispatch to the portable 128-bit
+// target instead of the machine's best, so CI also runs the op suite at another vector width
+// (4 lanes instead of 8: other tails, other remainders) on the same machine.
+struct ForcedTarget {
+  ForcedTarget() {
+    const char* t = std::getenv("TBOOST_TEST_HWY_TARGET");
+    if (t && std::string(t) == "emu128") hwy::SetSupportedTargetsForTest(HWY_EMU128);
+  }
+} forced_target;
+}  // namespace
 
 Rng::Rng() {
   static uint64_t base = [] {

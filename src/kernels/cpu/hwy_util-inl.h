@@ -29,10 +29,25 @@ HWY_INLINE hn::Vec<D> LoadF(D d, const bf16_t* p) {
   const hn::Rebind<hwy::bfloat16_t, D> db;
   return hn::PromoteTo(d, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p)));
 }
+// Highway 1.0's emulated f16 conversions (the portable EMU128/SCALAR targets) turn Inf into a
+// large finite number and truncate; on those targets f16 goes through our scalar conversion.
+// x86 (F16C / AVX-512) and NEON convert in hardware, correctly.
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+#define TBOOST_HWY_SOFT_F16 1
+#else
+#define TBOOST_HWY_SOFT_F16 0
+#endif
+
 template <class D>
 HWY_INLINE hn::Vec<D> LoadF(D d, const f16_t* p) {
+#if TBOOST_HWY_SOFT_F16
+  HWY_ALIGN float buf[hn::MaxLanes(D())];
+  for (size_t i = 0; i < hn::Lanes(d); ++i) buf[i] = f16_to_f32(p[i]);
+  return hn::Load(d, buf);
+#else
   const hn::Rebind<hwy::float16_t, D> dh;
   return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#endif
 }
 
 template <class D>
@@ -54,8 +69,14 @@ HWY_INLINE void StoreF(D d, hn::Vec<D> v, bf16_t* p) {
 }
 template <class D>
 HWY_INLINE void StoreF(D d, hn::Vec<D> v, f16_t* p) {
+#if TBOOST_HWY_SOFT_F16
+  HWY_ALIGN float buf[hn::MaxLanes(D())];
+  hn::Store(v, d, buf);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) p[i] = f32_to_f16(buf[i]);
+#else
   const hn::Rebind<hwy::float16_t, D> dh;
   hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+#endif
 }
 
 // Partial vectors: the n < Lanes(d) remaining elements go through a stack buffer, so no
@@ -85,4 +106,5 @@ HWY_INLINE float ReduceMaxF(D d, hn::Vec<D> v) {
 }  // namespace tboost::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
+#undef TBOOST_HWY_SOFT_F16
 #endif  // TBOOST_KERNELS_HWY_UTIL_INL_H_
