@@ -165,6 +165,54 @@ void memory_bound_ops(Runner& R) {
       memory_bound_case(
           R, "softmax" + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); }, "reported, not judged");
     }
+    if (R.want("add" + sfx)) {
+      Tensor x = filled(dt, {rows, C}, 1), z = filled(dt, {rows, C}, 2);
+      Tensor y = Tensor::empty(dt, {rows, C});
+      Call c(ElementwiseParam{.type = ElementwiseType::kAdd}, {x, z}, {y}, R.ctx);
+      memory_bound_case(R, "add" + sfx + shape, dt, 2, 1, arr, [&] { c(R.ctx); });
+    }
+    if (R.want("bias_add" + sfx)) {
+      Tensor x = filled(dt, {rows, C}, 1), b = filled(dt, {C}, 2), y = Tensor::empty(dt, {rows, C});
+      Call c(ElementwiseParam{.type = ElementwiseType::kAdd}, {x, b}, {y}, R.ctx);
+      memory_bound_case(R, "bias_add" + sfx + shape + "+[4096]", dt, 1, 1, arr, [&] { c(R.ctx); });
+    }
+    if (R.want("scale" + sfx)) {
+      Tensor x = filled(dt, {rows, C}, 1), y = Tensor::empty(dt, {rows, C});
+      Call c(ElementwiseParam{.type = ElementwiseType::kScale, .alpha = 0.125f}, {x}, {y}, R.ctx);
+      memory_bound_case(R, "scale" + sfx + shape, dt, 1, 1, arr, [&] { c(R.ctx); });
+    }
+  }
+  // Casts move different byte counts in and out; the copy baseline moves the same total as
+  // one read array and one write array of the mean size.
+  const std::pair<DType, DType> casts[] = {{DType::kF32, DType::kBF16}, {DType::kBF16, DType::kF32},
+                                           {DType::kF32, DType::kF16}};
+  for (const auto& [from, to] : casts) {
+    const std::string name = std::string("cast_") + dtype_name(from) + "_to_" + dtype_name(to);
+    if (!R.want(name)) continue;
+    Tensor x = filled(from, {rows, C}, 1), y = Tensor::empty(to, {rows, C});
+    Call c(ElementwiseParam{.type = ElementwiseType::kCast, .out_dtype = to}, {x}, {y}, R.ctx);
+    const double in_b = static_cast<double>(rows * C * static_cast<int64_t>(dtype_size(from)));
+    const double out_b = static_cast<double>(rows * C * static_cast<int64_t>(dtype_size(to)));
+    memory_bound_case(R, name + "[" + std::to_string(rows) + ",4096]", from, 1, 1,
+                      0.5 * (in_b + out_b), [&] { c(R.ctx); });
+  }
+  // Embedding: gather T rows of a 32000 x 768 table (98 MB f32, larger than any cache):
+  // bytes = rows read + rows written.
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const std::string name = std::string("embedding_") + dtype_name(dt);
+    if (!R.want(name)) continue;
+    const int64_t V = 32000, E = 768, T = R.opt.quick ? 4096 : 16384;
+    Tensor table = filled(dt, {V, E}, 3), ids = Tensor::empty(DType::kI32, {T});
+    Tensor y = Tensor::empty(dt, {T, E});
+    uint32_t st = 12345u;
+    for (int64_t i = 0; i < T; ++i) {
+      st = st * 1664525u + 1013904223u;
+      ids.data_as<int32_t>()[i] = static_cast<int32_t>((st >> 8) % static_cast<uint32_t>(V));
+    }
+    Call c(EmbeddingParam{}, {table, ids}, {y}, R.ctx);
+    const double arr = static_cast<double>(T * E * static_cast<int64_t>(dtype_size(dt)));
+    memory_bound_case(R, name + "[32000x768][" + std::to_string(T) + "]", dt, 1, 1, arr,
+                      [&] { c(R.ctx); }, "random rows: each is a separate DRAM burst");
   }
 }
 
