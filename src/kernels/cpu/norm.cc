@@ -69,9 +69,11 @@ HWY_INLINE hn::Vec<D> RowVec(D d, const NormRow<T>& p, int64_t i, int64_t n) {
 // cancellation, and no second pass that would leave DRAM idle.
 template <class D>
 struct Moments {
-  hn::Vec<D> mean, m2;
+  // M2 = within-chunk part + between-chunk part, kept in separate accumulators so the loop
+  // carries two short dependency chains instead of one long one.
+  hn::Vec<D> mean, m2, within;
   int64_t k = 0;  // chunks folded per lane
-  explicit Moments(D d) : mean(hn::Zero(d)), m2(hn::Zero(d)) {}
+  explicit Moments(D d) : mean(hn::Zero(d)), m2(hn::Zero(d)), within(hn::Zero(d)) {}
   // f[k] = 1 / (k + 1) = 2 / (n + 2) and g[k] = 2k / (k + 1) = n·2 / (n + 2), from a table
   // so no divide sits in the loop's dependency chain.
   HWY_INLINE void add(D d, hn::Vec<D> v0, hn::Vec<D> v1, const float* f, const float* g) {
@@ -80,7 +82,7 @@ struct Moments {
     const auto dv = hn::Sub(v0, v1);
     const auto delta = hn::Sub(mc, mean);
     mean = hn::MulAdd(delta, hn::Set(d, f[k]), mean);
-    m2 = hn::MulAdd(hn::Mul(dv, dv), half, m2);
+    within = hn::MulAdd(dv, dv, within);  // x 0.5 at the end
     m2 = hn::MulAdd(hn::Mul(delta, delta), hn::Set(d, g[k]), m2);
     ++k;
   }
@@ -89,17 +91,20 @@ struct Moments {
               float* var_out) const {
     HWY_ALIGN float mb[hn::MaxLanes(D())], qb[hn::MaxLanes(D())];
     hn::Store(mean, d, mb);
-    hn::Store(m2, d, qb);
+    hn::Store(hn::MulAdd(within, hn::Set(d, 0.5f), m2), d, qb);
+    // Every lane holds the same count nl, so the merge needs no division per lane: the mean is
+    // the lanes' average and M2 adds nl · (lane mean - mean)^2 per lane.
     double n = 0.0, mu = 0.0, q = 0.0;
     const double nl = 2.0 * static_cast<double>(k);
+    const size_t lanes = hn::Lanes(d);
     if (k > 0) {
-      for (size_t i = 0; i < hn::Lanes(d); ++i) {
+      for (size_t i = 0; i < lanes; ++i) mu += mb[i];
+      mu /= static_cast<double>(lanes);
+      for (size_t i = 0; i < lanes; ++i) {
         const double delta = mb[i] - mu;
-        const double nn = n + nl;
-        mu += delta * nl / nn;
-        q += qb[i] + delta * delta * n * nl / nn;
-        n = nn;
+        q += qb[i] + nl * delta * delta;
       }
+      n = nl * static_cast<double>(lanes);
     }
     for (int64_t i = 0; i < n_tail; ++i) {
       n += 1.0;
