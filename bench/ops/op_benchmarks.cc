@@ -379,15 +379,27 @@ void linear_cases(Runner& R) {
     const std::string shape =
         "[" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N) + "]";
     const double flops = 2.0 * static_cast<double>(s.M * s.K * s.N);
-    std::optional<Timing> f32_time;
-    for (DType dt : {DType::kF32, DType::kBF16}) {
-      const std::string name = std::string("linear_") + dtype_name(dt) + shape;
-      if (!R.want(name) && !(dt == DType::kF32 && R.want(std::string("linear_bf16") + shape)))
-        continue;
-      Tensor x = filled(dt, {s.M, s.K}, 1), w = filled(dt, {s.N, s.K}, 2, -0.05f, 0.05f);
-      Tensor y = Tensor::empty(dt, {s.M, s.N}), y2 = Tensor::empty(dt, {s.M, s.N});
-      Call ours(LinearParam{}, {x, w}, {y}, R.ctx);
-      DirectMatmul direct(x, w, y2);
+    const std::string n32 = "linear_f32" + shape, n16 = "linear_bf16" + shape,
+                      nvs = "linear_bf16_vs_f32" + shape;
+    if (!R.want(n32) && !R.want(n16) && !R.want(nvs)) continue;
+    struct Side {
+      Tensor x, w, y, y2;
+      std::unique_ptr<Call> ours;
+      std::unique_ptr<DirectMatmul> direct;
+    };
+    auto make = [&](DType dt) {
+      Side sd;
+      sd.x = filled(dt, {s.M, s.K}, 1);
+      sd.w = filled(dt, {s.N, s.K}, 2, -0.05f, 0.05f);
+      sd.y = Tensor::empty(dt, {s.M, s.N});
+      sd.y2 = Tensor::empty(dt, {s.M, s.N});
+      sd.ours = std::make_unique<Call>(LinearParam{}, std::vector<Tensor>{sd.x, sd.w},
+                                       std::vector<Tensor>{sd.y}, R.ctx);
+      sd.direct = std::make_unique<DirectMatmul>(sd.x, sd.w, sd.y2);
+      return sd;
+    };
+    Side f32 = make(DType::kF32), b16 = make(DType::kBF16);
+    auto row = [&](const std::string& name, DType dt, const Timing& o) {
       const double peak = dt == DType::kBF16 ? R.lim.bf16_gflops : R.lim.fma_gflops;
       const double es = static_cast<double>(dtype_size(dt));
       Result r;
@@ -395,34 +407,44 @@ void linear_cases(Runner& R) {
       r.dtype = dtype_name(dt);
       r.flops = flops;
       r.bytes = es * static_cast<double>(s.M * s.K + s.K * s.N + s.M * s.N);
-      if (direct.ok) {
-        const auto [o, d] = time_pair([&] { ours(R.ctx); }, [&] { direct(); }, R.budget());
-        r.seconds = o.median;
-        r.spread = spread(o);
-        r.baseline = "onednn";
-        r.speedup_vs_baseline = d.median / o.median;
-        r.bytes_ratio_vs_baseline = 1.0;
-        if (dt == DType::kF32) f32_time = o;
-      } else {
-        const Timing o = time_fn([&] { ours(R.ctx); }, R.budget());
-        r.seconds = o.median;
-        r.spread = spread(o);
-        r.note = "oneDNN has no " + std::string(dtype_name(dt)) +
-                 " matmul on this CPU; ours: " + ours.op->impl_info();
-      }
+      r.seconds = o.median;
+      r.spread = spread(o);
       r.gflops = flops / r.seconds / 1e9;
       r.floor_fraction =
           std::max(flops / (peak * 1e9), r.bytes / (R.lim.copy_gbps * 1e9)) / r.seconds;
-      if (R.want(name)) R.emit(r);
-      if (dt == DType::kBF16 && f32_time) {
-        Result b = r;
-        b.name = std::string("linear_bf16_vs_f32") + shape;
-        b.baseline = "f32";
-        b.speedup_vs_baseline = f32_time->median / r.seconds;
-        b.bytes_ratio_vs_baseline = 0.5;
-        b.note = "f32 measured earlier in the same run; ours bf16: " + ours.op->impl_info();
-        R.emit(b);
+      return r;
+    };
+    // Ours vs oneDNN called directly (same packed weights, same threads), alternating.
+    for (Side* sd : {&f32, &b16}) {
+      const DType dt = sd->x.dtype();
+      const std::string name = dt == DType::kF32 ? n32 : n16;
+      if (!R.want(name)) continue;
+      Result r;
+      if (sd->direct->ok) {
+        const auto [o, d] = time_pair([&] { (*sd->ours)(R.ctx); }, [&] { (*sd->direct)(); },
+                                      R.budget());
+        r = row(name, dt, o);
+        r.baseline = "onednn";
+        r.speedup_vs_baseline = d.median / o.median;
+        r.bytes_ratio_vs_baseline = 1.0;
+        r.note = sd->ours->op->impl_info();
+      } else {
+        r = row(name, dt, time_fn([&] { (*sd->ours)(R.ctx); }, R.budget()));
+        r.note = "oneDNN has no " + std::string(dtype_name(dt)) +
+                 " matmul on this CPU; ours: " + sd->ours->op->impl_info();
       }
+      R.emit(r);
+    }
+    // Ours bf16 vs ours f32, alternating.
+    if (R.want(nvs)) {
+      const auto [b, f] = time_pair([&] { (*b16.ours)(R.ctx); }, [&] { (*f32.ours)(R.ctx); },
+                                    R.budget());
+      Result r = row(nvs, DType::kBF16, b);
+      r.baseline = "f32";
+      r.speedup_vs_baseline = f.median / b.median;
+      r.bytes_ratio_vs_baseline = 0.5;
+      r.note = "bf16: " + b16.ours->op->impl_info();
+      R.emit(r);
     }
   }
 }
