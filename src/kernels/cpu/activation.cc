@@ -166,17 +166,8 @@ void ActTyped(const ActivationArgs& a, int64_t r0, int64_t r1) {
 }
 
 void ActivationForward(const ActivationArgs& a) {
-  const int64_t min_rows = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, a.y_rows.cols));
-  parallel_for(a.threads, a.y_rows.count, min_rows, a.ftz, [&](int64_t r0, int64_t r1) {
-    switch (a.dtype) {
-      case DType::kF32:
-        return ActTyped<float>(a, r0, r1);
-      case DType::kBF16:
-        return ActTyped<bf16_t>(a, r0, r1);
-      default:
-        return ActTyped<f16_t>(a, r0, r1);
-    }
-  });
+  ParallelRowsTyped(a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, 8192, a.ftz,
+                    [&](auto tag, int64_t r0, int64_t r1) { ActTyped<decltype(tag)>(a, r0, r1); });
 }
 
 // Softmax rows: max pass, exp pass (FastExp, rel. error < 2.5e-6; writes e^(x-max) and
@@ -237,17 +228,9 @@ void SoftmaxRows(const SoftmaxArgs& a, int64_t r0, int64_t r1) {
 }
 
 void SoftmaxForward(const SoftmaxArgs& a) {
-  const int64_t min_rows = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, a.x_rows.cols));
-  parallel_for(a.threads, a.x_rows.count, min_rows, a.ftz, [&](int64_t r0, int64_t r1) {
-    switch (a.dtype) {
-      case DType::kF32:
-        return SoftmaxRows<float>(a, r0, r1);
-      case DType::kBF16:
-        return SoftmaxRows<bf16_t>(a, r0, r1);
-      default:
-        return SoftmaxRows<f16_t>(a, r0, r1);
-    }
-  });
+  ParallelRowsTyped(
+      a.dtype, a.threads, a.x_rows.count, a.x_rows.cols, 8192, a.ftz,
+      [&](auto tag, int64_t r0, int64_t r1) { SoftmaxRows<decltype(tag)>(a, r0, r1); });
 }
 
 }  // namespace tboost::kernels::HWY_NAMESPACE

@@ -48,17 +48,9 @@ void BinaryRows(const BinaryArgs& a, int64_t r0, int64_t r1) {
 }
 
 void BinaryForward(const BinaryArgs& a) {
-  const int64_t min_rows = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, a.y_rows.cols));
-  parallel_for(a.threads, a.y_rows.count, min_rows, a.ftz, [&](int64_t r0, int64_t r1) {
-    switch (a.dtype) {
-      case DType::kF32:
-        return BinaryRows<float>(a, r0, r1);
-      case DType::kBF16:
-        return BinaryRows<bf16_t>(a, r0, r1);
-      default:
-        return BinaryRows<f16_t>(a, r0, r1);
-    }
-  });
+  ParallelRowsTyped(
+      a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, 16384, a.ftz,
+      [&](auto tag, int64_t r0, int64_t r1) { BinaryRows<decltype(tag)>(a, r0, r1); });
 }
 
 template <class T>
@@ -80,17 +72,8 @@ void ScaleRows(const ScaleArgs& a, int64_t r0, int64_t r1) {
 }
 
 void ScaleForward(const ScaleArgs& a) {
-  const int64_t min_rows = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, a.y_rows.cols));
-  parallel_for(a.threads, a.y_rows.count, min_rows, a.ftz, [&](int64_t r0, int64_t r1) {
-    switch (a.dtype) {
-      case DType::kF32:
-        return ScaleRows<float>(a, r0, r1);
-      case DType::kBF16:
-        return ScaleRows<bf16_t>(a, r0, r1);
-      default:
-        return ScaleRows<f16_t>(a, r0, r1);
-    }
-  });
+  ParallelRowsTyped(a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, 16384, a.ftz,
+                    [&](auto tag, int64_t r0, int64_t r1) { ScaleRows<decltype(tag)>(a, r0, r1); });
 }
 
 }  // namespace tboost::kernels::HWY_NAMESPACE

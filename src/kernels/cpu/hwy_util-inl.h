@@ -11,9 +11,11 @@
 #define TBOOST_KERNELS_HWY_UTIL_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstring>
 
 #include "hwy/highway.h"
+#include "src/core/parallel.h"
 #include "tboost/core/dtype.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -101,6 +103,25 @@ HWY_INLINE float ReduceSumF(D d, hn::Vec<D> v) {
 template <class D>
 HWY_INLINE float ReduceMaxF(D d, hn::Vec<D> v) {
   return hn::GetLane(hn::MaxOfLanes(d, v));
+}
+
+// Row-parallel driver shared by the elementwise-style kernels: splits `count` rows over the
+// threads (at least ~elems_per_thread elements each) and calls fn(tag, r0, r1) with a value of
+// the storage type of `dtype` (float, bf16_t or f16_t) as tag.
+template <class Fn>
+HWY_INLINE void ParallelRowsTyped(DType dtype, int threads, int64_t count, int64_t cols,
+                                  int64_t elems_per_thread, bool ftz, const Fn& fn) {
+  const int64_t min_rows = std::max<int64_t>(1, elems_per_thread / std::max<int64_t>(1, cols));
+  parallel_for(threads, count, min_rows, ftz, [&](int64_t r0, int64_t r1) {
+    switch (dtype) {
+      case DType::kF32:
+        return fn(float{}, r0, r1);
+      case DType::kBF16:
+        return fn(bf16_t{}, r0, r1);
+      default:
+        return fn(f16_t{}, r0, r1);
+    }
+  });
 }
 
 }  // namespace tboost::kernels::HWY_NAMESPACE
