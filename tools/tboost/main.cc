@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <regex>
 
 #include "bench/bench.h"
 #include "tboost/tboost.h"
@@ -20,8 +21,10 @@ int main(int argc, char** argv) {
   bench_ops->add_option("--filter", bopt.filter, "Regex on case names");
   bench_ops->add_flag("--json", json, "Print one JSON array instead of a table");
   bench_ops->add_option("--threads", bopt.threads, "Threads (0 = all cores)")
-      ->check(CLI::NonNegativeNumber);
-  bench_ops->add_flag("--quick", bopt.quick, "Smaller tensors and shorter timing (smoke runs)");
+      ->check(CLI::Range(0, 4096));
+  bench_ops->add_flag("--quick", bopt.quick,
+                     "Smaller tensors and shorter timing (smoke runs; tensors may be cache\n"
+                     "resident, so floor fractions are not meaningful)");
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -29,6 +32,13 @@ int main(int argc, char** argv) {
       tboost::Context ctx;
       std::cout << ctx.report();
     } else if (*bench_ops) {
+      try {
+        std::regex check(bopt.filter);
+      } catch (const std::regex_error& e) {
+        std::fprintf(stderr, "tboost: error: --filter '%s' is not a valid regex: %s\n",
+                     bopt.filter.c_str(), e.what());
+        return 2;
+      }
       tboost::Context ctx;
       if (!json) std::cout << ctx.report() << "\n";
       const auto rows = tboost::bench::run_op_benchmarks(bopt, [&](const tboost::bench::Result& r) {
