@@ -184,8 +184,8 @@ void memory_bound_ops(Runner& R) {
   }
   // Casts move different byte counts in and out; the copy baseline moves the same total as
   // one read array and one write array of the mean size.
-  const std::pair<DType, DType> casts[] = {{DType::kF32, DType::kBF16}, {DType::kBF16, DType::kF32},
-                                           {DType::kF32, DType::kF16}};
+  const std::pair<DType, DType> casts[] = {
+      {DType::kF32, DType::kBF16}, {DType::kBF16, DType::kF32}, {DType::kF32, DType::kF16}};
   for (const auto& [from, to] : casts) {
     const std::string name = std::string("cast_") + dtype_name(from) + "_to_" + dtype_name(to);
     if (!R.want(name)) continue;
@@ -211,8 +211,9 @@ void memory_bound_ops(Runner& R) {
     }
     Call c(EmbeddingParam{}, {table, ids}, {y}, R.ctx);
     const double arr = static_cast<double>(T * E * static_cast<int64_t>(dtype_size(dt)));
-    memory_bound_case(R, name + "[32000x768][" + std::to_string(T) + "]", dt, 1, 1, arr,
-                      [&] { c(R.ctx); }, "random rows: each is a separate DRAM burst");
+    memory_bound_case(
+        R, name + "[32000x768][" + std::to_string(T) + "]", dt, 1, 1, arr, [&] { c(R.ctx); },
+        "random rows: each is a separate DRAM burst");
   }
 }
 
@@ -421,8 +422,8 @@ void linear_cases(Runner& R) {
       if (!R.want(name)) continue;
       Result r;
       if (sd->direct->ok) {
-        const auto [o, d] = time_pair([&] { (*sd->ours)(R.ctx); }, [&] { (*sd->direct)(); },
-                                      R.budget());
+        const auto [o, d] =
+            time_pair([&] { (*sd->ours)(R.ctx); }, [&] { (*sd->direct)(); }, R.budget());
         r = row(name, dt, o);
         r.baseline = "onednn";
         r.speedup_vs_baseline = d.median / o.median;
@@ -437,8 +438,8 @@ void linear_cases(Runner& R) {
     }
     // Ours bf16 vs ours f32, alternating.
     if (R.want(nvs)) {
-      const auto [b, f] = time_pair([&] { (*b16.ours)(R.ctx); }, [&] { (*f32.ours)(R.ctx); },
-                                    R.budget());
+      const auto [b, f] =
+          time_pair([&] { (*b16.ours)(R.ctx); }, [&] { (*f32.ours)(R.ctx); }, R.budget());
       Result r = row(nvs, DType::kBF16, b);
       r.baseline = "f32";
       r.speedup_vs_baseline = f.median / b.median;

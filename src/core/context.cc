@@ -22,24 +22,33 @@ namespace tboost {
 
 const char* device_name(Device d) { return d == Device::kCPU ? "cpu" : "cuda"; }
 
+// Read once, at first use: a pinned Context narrows the calling thread's affinity to one core,
+// and later Contexts must still see every core the process was started with.
 int available_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, omp_get_num_procs());
+  static const int cores = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1, omp_get_num_procs());
+  }();
+  return cores;
 }
 
 static std::vector<int> allowed_cpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0)
-    for (int i = 0; i < CPU_SETSIZE; ++i)
-      if (CPU_ISSET(i, &set)) cpus.push_back(i);
-  return cpus;
+  static const std::vector<int> initial = [] {
+    std::vector<int> v;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+      for (int i = 0; i < CPU_SETSIZE; ++i)
+        if (CPU_ISSET(i, &set)) v.push_back(i);
+    return v;
+  }();
+  return initial;
 }
 
 Context::Context(const ContextOptions& options) : options_(options) {
+  (void)available_cores();  // fixes the process-wide core count before any pinning
   TBOOST_CHECK_CODE(options.device == Device::kCPU, ErrorCode::kUnsupported, "device ",
                     device_name(options.device), " is not built into this library (CPU only)");
   set_num_threads(options.num_threads);

@@ -185,16 +185,30 @@ static I saturate(double v) {
   return static_cast<I>(r);
 }
 
+// double -> float rounded to odd: a result that is not exact gets its last bit set, so a
+// second rounding to bf16/f16 (fewer bits) gives the correctly rounded value of v, not a
+// double-rounded one (i32 16842753 -> bf16 must be 16908288, not 16777216).
+static float to_f32_round_odd(double v) {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
+  if (std::abs(static_cast<double>(f)) > std::abs(v)) f = std::nextafter(f, 0.0f);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u |= 1u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 void store_from_f64(void* base, DType t, int64_t i, double v) {
   switch (t) {
     case DType::kF32:
       static_cast<float*>(base)[i] = static_cast<float>(v);
       return;
     case DType::kF16:
-      static_cast<f16_t*>(base)[i] = f32_to_f16(static_cast<float>(v));
+      static_cast<f16_t*>(base)[i] = f32_to_f16(to_f32_round_odd(v));
       return;
     case DType::kBF16:
-      static_cast<bf16_t*>(base)[i] = f32_to_bf16(static_cast<float>(v));
+      static_cast<bf16_t*>(base)[i] = f32_to_bf16(to_f32_round_odd(v));
       return;
     case DType::kI8:
       static_cast<int8_t*>(base)[i] = saturate<int8_t>(v);

@@ -1,6 +1,7 @@
 // TensorDesc and Tensor: descriptors, views, owning aligned buffers.
 #include "tboost/core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,6 +11,8 @@
 namespace tboost {
 
 std::shared_ptr<void> aligned_buffer(size_t bytes) {
+  TBOOST_CHECK_CODE(bytes <= (size_t{1} << 62), ErrorCode::kOutOfMemory, "allocation of ", bytes,
+                    " bytes is beyond any machine");
   const size_t rounded = ((bytes + 63) / 64) * 64;
   void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
   TBOOST_CHECK_CODE(p != nullptr || rounded == 0, ErrorCode::kOutOfMemory, "could not allocate ",
@@ -38,7 +41,10 @@ TensorDesc TensorDesc::contiguous(DType dtype, const Shape& shape) {
                       "negative dimension in shape ", shape_to_string(shape));
     d.dims[static_cast<size_t>(i)] = shape[static_cast<size_t>(i)];
     d.strides[static_cast<size_t>(i)] = stride;
-    stride *= std::max<int64_t>(shape[static_cast<size_t>(i)], 1);
+    TBOOST_CHECK_CODE(!__builtin_mul_overflow(
+                          stride, std::max<int64_t>(shape[static_cast<size_t>(i)], 1), &stride),
+                      ErrorCode::kShapeMismatch, "shape ", shape_to_string(shape),
+                      " overflows int64 sizes");
   }
   return d;
 }
@@ -50,6 +56,7 @@ int64_t TensorDesc::numel() const {
 }
 
 bool TensorDesc::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to address: any strides will do
   int64_t stride = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     const auto u = static_cast<size_t>(i);
@@ -91,6 +98,9 @@ Tensor Tensor::empty(DType dtype, const Shape& shape) {
   Tensor t;
   t.desc_ = TensorDesc::contiguous(dtype, shape);
   const int64_t n = t.desc_.numel();
+  TBOOST_CHECK_CODE(n <= (int64_t{1} << 60) / static_cast<int64_t>(dtype_size(dtype)),
+                    ErrorCode::kOutOfMemory, "tensor ", shape_to_string(shape), " of ",
+                    dtype_name(dtype), " is too large to allocate");
   t.storage_ = aligned_buffer(static_cast<size_t>(n) * dtype_size(dtype));
   t.data_ = t.storage_.get();
   return t;

@@ -16,7 +16,7 @@ class ActivationOp : public OpBase<ops::ActivationParam> {
   std::string input_role(size_t) const override { return "x"; }
   std::string output_role(size_t) const override { return "y"; }
 
-  std::vector<TensorDesc> infer_shape(const std::vector<TensorDesc>& in) const override {
+  std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
     chk.count(in, 1, "x");
     const TensorDesc& x = in[0];
@@ -68,10 +68,12 @@ class SoftmaxOp : public OpBase<ops::SoftmaxParam> {
   std::string output_role(size_t) const override { return "y"; }
 
   void validate_param(const Checker& chk) const override {
-    chk.param(std::isfinite(param_.scale), "scale must be finite");
+    // A scale <= 0 would turn masked (-inf) entries into +inf or NaN.
+    chk.param(std::isfinite(param_.scale) && param_.scale > 0.0f,
+              "scale must be finite and > 0, got " + std::to_string(param_.scale));
   }
 
-  std::vector<TensorDesc> infer_shape(const std::vector<TensorDesc>& in) const override {
+  std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
     chk.count(in, 1, "x");
     const TensorDesc& x = in[0];

@@ -43,13 +43,14 @@ class ElementwiseOp : public OpBase<ops::ElementwiseParam> {
     chk.param(std::isfinite(param_.alpha), "alpha must be finite");
   }
 
-  std::vector<TensorDesc> infer_shape(const std::vector<TensorDesc>& in) const override {
+  std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
     const char* what = ops::elementwise_type_name(param_.type);
     if (binary(param_.type)) {
       chk.count(in, 2, std::string("a, b for ") + what);
       const TensorDesc& a = in[0];
       const TensorDesc& b = in[1];
+      chk.rank(0, "a", a, 1, kMaxDims);
       chk.dtype_in(0, "a", a, {DType::kF32, DType::kBF16, DType::kF16});
       chk.dtype_eq(1, "b", b, a.dtype, "same as a");
       chk.last_dim_contiguous(0, "a", a);
@@ -146,7 +147,7 @@ class EmbeddingOp : public OpBase<ops::EmbeddingParam> {
   std::string input_role(size_t i) const override { return i == 0 ? "table" : "ids"; }
   std::string output_role(size_t) const override { return "y"; }
 
-  std::vector<TensorDesc> infer_shape(const std::vector<TensorDesc>& in) const override {
+  std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
     chk.count(in, 2, "table, ids");
     const TensorDesc& table = in[0];

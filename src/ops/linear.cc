@@ -99,17 +99,6 @@ bool same_layout(const TensorDesc& a, const TensorDesc& b) {
   return a.dtype == b.dtype && a.ndim == b.ndim && a.dims == b.dims && a.strides == b.strides;
 }
 
-bool overlaps(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const auto lo_a = reinterpret_cast<uintptr_t>(a.data());
-  const auto lo_b = reinterpret_cast<uintptr_t>(b.data());
-  const uintptr_t hi_a =
-      lo_a + static_cast<uintptr_t>(a.desc().storage_span()) * dtype_size(a.dtype());
-  const uintptr_t hi_b =
-      lo_b + static_cast<uintptr_t>(b.desc().storage_span()) * dtype_size(b.dtype());
-  return lo_a < hi_b && lo_b < hi_a;
-}
-
 // Copies (converting) rows between two row views; a same-type copy is a memcpy per row.
 void copy_rows(void* dst, DType dt_dst, const RowView& dst_rows, const void* src, DType dt_src,
                const RowView& src_rows, int threads, bool ftz) {
@@ -159,6 +148,8 @@ class LinearOp : public OpBase<LinearParam> {
   using OpBase<LinearParam>::OpBase;
 
   const char* name() const override { return "Linear"; }
+  // x and the residual may overlap y: they are staged first (check_no_overlap covers the rest).
+  bool allows_partial_overlap() const override { return true; }
 
   std::string input_role(size_t i) const override {
     std::vector<std::string> roles = {"x", "weight"};
@@ -168,7 +159,7 @@ class LinearOp : public OpBase<LinearParam> {
   }
   std::string output_role(size_t i) const override { return i == 0 ? "y" : "extra"; }
 
-  std::vector<TensorDesc> infer_shape(const std::vector<TensorDesc>& in) const override {
+  std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
     const bool ta = param_.transpose_a, tb = param_.transpose_b;
     std::string names = "x, weight";

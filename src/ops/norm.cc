@@ -52,7 +52,7 @@ class NormOp : public OpBase<P> {
               "epsilon must be finite and > 0, got " + std::to_string(param_.epsilon));
   }
 
-  std::vector<TensorDesc> infer_shape(const std::vector<TensorDesc>& in) const override {
+  std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
     validate_param(chk);
     const size_t n = 2 + (has_residual() ? 1 : 0) + (has_bias() ? 1 : 0);

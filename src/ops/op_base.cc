@@ -68,6 +68,47 @@ void Checker::last_dim_contiguous(int idx, const char* role, const TensorDesc& d
          who(idx, role) + " needs a contiguous last dim (stride 1), got " + d.to_string());
 }
 
+void check_desc(const Checker& chk, const TensorDesc& d, const std::string& who) {
+  if (d.ndim < 0 || d.ndim > kMaxDims)
+    chk.fail(ErrorCode::kShapeMismatch, who + " has rank " + std::to_string(d.ndim) + " (0 to " +
+                                            std::to_string(kMaxDims) + ")");
+  int64_t n = 1, span = 0;
+  for (int i = 0; i < d.ndim; ++i) {
+    const auto u = static_cast<size_t>(i);
+    if (d.dims[u] < 0)
+      chk.fail(ErrorCode::kShapeMismatch, who + " has a negative dim " + std::to_string(d.dims[u]));
+    if (d.strides[u] < 0)
+      chk.fail(ErrorCode::kShapeMismatch, who + " has a negative stride " +
+                                              std::to_string(d.strides[u]) + " in dim " +
+                                              std::to_string(i) + " (not supported)");
+    int64_t term = 0;
+    if (__builtin_mul_overflow(n, d.dims[u], &n) ||
+        (d.dims[u] > 0 && (__builtin_mul_overflow(d.dims[u] - 1, d.strides[u], &term) ||
+                           __builtin_add_overflow(span, term, &span))))
+      chk.fail(ErrorCode::kShapeMismatch, who + " " + d.shape_string() + " overflows int64 sizes");
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(dtype_size(d.dtype)), &bytes))
+    chk.fail(ErrorCode::kShapeMismatch, who + " " + d.shape_string() + " overflows int64 sizes");
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto* pa = static_cast<const char*>(a.data());
+  const auto* pb = static_cast<const char*>(b.data());
+  const auto* ea = pa + a.desc().storage_span() * static_cast<int64_t>(dtype_size(a.dtype()));
+  const auto* eb = pb + b.desc().storage_span() * static_cast<int64_t>(dtype_size(b.dtype()));
+  return pa < eb && pb < ea;
+}
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  if (a.data() != b.data() || a.dtype() != b.dtype() || !a.desc().same_shape(b.desc()))
+    return false;
+  for (int i = 0; i < a.ndim(); ++i)
+    if (a.dim(i) > 1 && a.stride(i) != b.stride(i)) return false;
+  return true;
+}
+
 std::vector<TensorDesc> descs_of(const std::vector<Tensor>& ts) {
   std::vector<TensorDesc> d;
   d.reserve(ts.size());

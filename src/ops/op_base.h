@@ -42,6 +42,11 @@ class Checker {
 };
 
 std::vector<TensorDesc> descs_of(const std::vector<Tensor>& ts);
+// Rank 0..8, dims >= 0, strides >= 0, element count and byte span within int64.
+void check_desc(const Checker& chk, const TensorDesc& d, const std::string& who);
+// Byte ranges of two views intersect / two views are the same elements in the same order.
+bool overlaps(const Tensor& a, const Tensor& b);
+bool same_view(const Tensor& a, const Tensor& b);
 bool same_descs(const std::vector<Tensor>& ts, const std::vector<TensorDesc>& ds);
 
 template <class P>
@@ -58,12 +63,23 @@ class OpBase : public Operation {
   AnyParam param() const override { return param_; }
   std::string impl_info() const override { return impl_; }
 
+  // Descriptor sanity (rank, dims, strides, sizes) for every op, then the op's own rules.
+  std::vector<TensorDesc> infer_shape(const std::vector<TensorDesc>& inputs) const final {
+    const Checker chk(name());
+    for (size_t i = 0; i < inputs.size(); ++i)
+      check_desc(chk, inputs[i], "input " + std::to_string(i) + " (" + input_role(i) + ")");
+    return do_infer_shape(inputs);
+  }
+
   size_t setup(const VariantPack& pack, Context& ctx) final {
     ready_ = false;
     const Checker chk(name());
     validate_param(chk);
     const std::vector<TensorDesc> in = descs_of(pack.inputs);
     const std::vector<TensorDesc> expected = infer_shape(in);
+    for (size_t i = 0; i < pack.outputs.size(); ++i)
+      check_desc(chk, pack.outputs[i].desc(),
+                 "output " + std::to_string(i) + " (" + output_role(i) + ")");
     for (size_t i = 0; i < pack.inputs.size(); ++i)
       if (pack.inputs[i].numel() > 0 && pack.inputs[i].data() == nullptr)
         chk.fail(ErrorCode::kNullData, "input " + std::to_string(i) + " (" + input_role(i) + ") " +
@@ -83,6 +99,7 @@ class OpBase : public Operation {
         chk.fail(ErrorCode::kNullData,
                  "output " + std::to_string(i) + " (" + output_role(i) + ") has no data pointer");
     }
+    check_aliasing(chk, pack);
     ws_ = do_setup(pack, ctx, chk);
     in_ = in;
     out_ = descs_of(pack.outputs);
@@ -105,6 +122,7 @@ class OpBase : public Operation {
           chk.fail(ErrorCode::kNullData,
                    "output " + std::to_string(i) + " (" + output_role(i) + ") has no data pointer");
     }
+    check_aliasing(Checker(name()), pack);  // pointers may change without the shapes changing
     if (workspace_size < ws_ || (ws_ > 0 && workspace == nullptr))
       Checker(name()).fail(ErrorCode::kInvalidArgument,
                            "workspace of " + std::to_string(workspace_size) +
@@ -114,7 +132,11 @@ class OpBase : public Operation {
   }
 
  protected:
+  virtual std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& inputs) const = 0;
   virtual void validate_param(const Checker& chk) const {}
+  // Whether an output may overlap an input other than as the identical view (ops that stage
+  // their inputs first, like Linear, say yes and check the rest themselves).
+  virtual bool allows_partial_overlap() const { return false; }
   virtual size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) { return 0; }
   virtual void do_execute(const VariantPack& pack, void* workspace, Context& ctx) = 0;
   virtual std::string input_role(size_t i) const { return "#" + std::to_string(i); }
@@ -124,6 +146,32 @@ class OpBase : public Operation {
   std::string impl_;
 
  private:
+  // Outputs: no stride-0 (self-overlapping) dims, no overlap with each other, and an overlap
+  // with an input only as the identical view (element i read, then element i written: every
+  // kernel here is safe in place). Anything else would make results depend on thread timing.
+  void check_aliasing(const Checker& chk, const VariantPack& pack) const {
+    for (size_t o = 0; o < pack.outputs.size(); ++o) {
+      const Tensor& y = pack.outputs[o];
+      const std::string who = "output " + std::to_string(o) + " (" + output_role(o) + ")";
+      for (int d = 0; d < y.ndim(); ++d)
+        if (y.dim(d) > 1 && y.stride(d) == 0)
+          chk.fail(ErrorCode::kInvalidArgument,
+                   who + " has a broadcast (stride 0) dim " + std::to_string(d) + ": " +
+                       y.desc().to_string() + "; outputs must not overlap themselves");
+      for (size_t k = o + 1; k < pack.outputs.size(); ++k)
+        if (overlaps(y, pack.outputs[k]))
+          chk.fail(ErrorCode::kInvalidArgument,
+                   who + " overlaps output " + std::to_string(k) + " (" + output_role(k) + ")");
+      if (allows_partial_overlap()) continue;
+      for (size_t i = 0; i < pack.inputs.size(); ++i)
+        if (overlaps(y, pack.inputs[i]) && !same_view(y, pack.inputs[i]))
+          chk.fail(ErrorCode::kInvalidArgument,
+                   who + " " + y.desc().to_string() + " overlaps input " + std::to_string(i) +
+                       " (" + input_role(i) + ") " + pack.inputs[i].desc().to_string() +
+                       " without being the same view (in place: pass the input itself)");
+    }
+  }
+
   bool ready_ = false;
   std::vector<TensorDesc> in_, out_;
   size_t ws_ = 0;

@@ -102,3 +102,15 @@ TEST(Error, CarriesCodeAndLocation) {
 
 }  // namespace
 }  // namespace tboost
+
+namespace tboost {
+namespace {
+TEST(Tensor, SizesThatOverflowAndEmptyDims) {
+  EXPECT_THROW(Tensor::empty(DType::kF32, {int64_t{1} << 62, 8}), Error);
+  EXPECT_THROW(Tensor::empty(DType::kF32, {(int64_t{1} << 62) + 1}), Error);
+  Tensor e = Tensor::empty(DType::kF32, {2, 0, 3});
+  EXPECT_TRUE(e.is_contiguous());
+  EXPECT_EQ(e.reshape({0, 6}).numel(), 0);
+}
+}  // namespace
+}  // namespace tboost

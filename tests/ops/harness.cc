@@ -1,12 +1,12 @@
 // Op test harness implementation (see harness.h).
 #include "tests/ops/harness.h"
 
-#include "hwy/targets.h"
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+
+#include "hwy/targets.h"
 
 namespace tboost::testing {
 

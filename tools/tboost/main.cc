@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
   bench_ops->add_option("--threads", bopt.threads, "Threads (0 = all cores)")
       ->check(CLI::Range(0, 4096));
   bench_ops->add_flag("--quick", bopt.quick,
-                     "Smaller tensors and shorter timing (smoke runs; tensors may be cache\n"
-                     "resident, so floor fractions are not meaningful)");
+                      "Smaller tensors and shorter timing (smoke runs; tensors may be cache\n"
+                      "resident, so floor fractions are not meaningful)");
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -17,8 +17,10 @@ enum class Device { kCPU, kCUDA };
 const char* device_name(Device d);
 
 struct ContextOptions {
-  int num_threads = 0;       // 0: every core the process may use
-  bool pin_threads = false;  // bind OpenMP thread i to the i-th allowed core
+  int num_threads = 0;  // 0: every core the process may use
+  // Bind OpenMP thread i to the i-th core the process started with. Thread 0 is the calling
+  // thread; bindings last for the process (OpenMP keeps its pool).
+  bool pin_threads = false;
   bool flush_denormals = true;
   uint64_t seed = 0x7b005eedull;
   Device device = Device::kCPU;
@@ -67,7 +69,7 @@ class DenormalGuard {
   bool active_ = false;
 };
 
-// Number of cores this process may run on (sched_getaffinity), at least 1.
+// Number of cores the process could run on at first use (sched_getaffinity), at least 1.
 int available_cores();
 
 }  // namespace tboost

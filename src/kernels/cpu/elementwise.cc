@@ -26,6 +26,7 @@ void BinaryRows(const BinaryArgs& a, int64_t r0, int64_t r1) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t C = a.y_rows.cols;
   const bool add = a.op == BinaryOp::kAdd;
+  if (C == 0) return;  // empty rows: nothing to read, not even the broadcast scalar
   for (int64_t r = r0; r < r1; ++r) {
     const T* pa = static_cast<const T*>(a.a) + a.a_rows.offset(r);
     const T* pb = static_cast<const T*>(a.b) + a.b_rows.offset(r);

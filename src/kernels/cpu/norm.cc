@@ -3,8 +3,8 @@
 // Per row: a first pass reads x (+ residual) from DRAM, writes the PRENORM sum and accumulates
 // the statistics; the output pass re-reads the row from L1/L2 (a row of 16K f32 is 64 KiB) and
 // writes y. So DRAM traffic is the floor: read x (+ residual), write y (+ sum). Statistics
-// accumulate in f32 over two vector accumulators; the sum is recomputed from x + residual in
-// f32 in the output pass rather than read back, so bf16 rounding of `sum` never feeds y.
+// accumulate in f32. With PRENORM the output pass normalizes the stored sum (rounded to the
+// storage type, as the next layer will see it), so `sum` may alias the residual (in place).
 // clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/norm.cc"
@@ -189,8 +189,11 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
     if (a.mean) a.mean[a.stats_rows.offset(r)] = *mean;
     if (a.rstd) a.rstd[a.stats_rows.offset(r)] = *rstd;
   };
+  // The output pass reads the PRENORM sum back when there is one: `sum` may be the residual
+  // (or x) itself, updated in place, so x + residual is no longer there to re-read.
   auto output = [&](const NormRow<T>& p, V vm, V vr, int64_t j, int64_t n) {
-    V v = hn::Mul(hn::Sub(RowVec(d, p, j, n), vm), vr);
+    const V s = p.sum ? Load(d, static_cast<const T*>(p.sum) + j, n) : RowVec(d, p, j, n);
+    V v = hn::Mul(hn::Sub(s, vm), vr);
     v = hn::Mul(v, hn::Add(Load(d, w + j, n), one));
     if (b) v = hn::Add(v, Load(d, b + j, n));
     Store(d, v, p.y + j, n);
