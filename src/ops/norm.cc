@@ -101,10 +101,13 @@ class NormOp : public OpBase<P> {
   }
 
   size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) override {
-    for (size_t i = 0; i < pack.outputs.size(); ++i)
-      chk.param(pack.outputs[i].desc().ndim == 0 || pack.outputs[i].stride(-1) == 1 ||
-                    pack.outputs[i].dim(-1) <= 1,
-                "output " + std::to_string(i) + " needs a contiguous last dim");
+    for (size_t i = 0; i < pack.outputs.size(); ++i) {
+      const TensorDesc& o = pack.outputs[i].desc();
+      if (o.ndim > 0 && o.dim(-1) > 1 && o.stride(-1) != 1)
+        chk.fail(ErrorCode::kShapeMismatch, "output " + std::to_string(i) + " (" + output_role(i) +
+                                                ") needs a contiguous last dim, got " +
+                                                o.to_string());
+    }
     const size_t n = pack.outputs.size();
     if (!kRms && param_.output_stats &&
         !same_descs({pack.outputs[n - 2]}, {pack.outputs[n - 1].desc()}))

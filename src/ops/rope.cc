@@ -80,6 +80,7 @@ class RopeOp : public OpBase<ops::RopeParam> {
                                               " of input 0 (x) " + x.shape_string());
     const TensorDesc& pos = in[1];
     chk.dtype_in(1, "positions", pos, {DType::kI32, DType::kI64});
+    chk.rank(1, "positions", pos, 0, kMaxDims - 1);
     const int64_t T = tokens_of(x, bnsd());
     if (pos.numel() != T)
       chk.fail(ErrorCode::kShapeMismatch, "input 1 (positions) expected " + std::to_string(T) +
