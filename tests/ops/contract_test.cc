@@ -130,3 +130,23 @@ TEST(Contract, IntegerToBf16CastRoundsOnce) {
 
 }  // namespace
 }  // namespace tboost::testing
+
+namespace tboost::testing {
+namespace {
+TEST(Contract, NaNInputsPropagate) {
+  Context ctx;
+  Tensor x = Tensor::zeros(DType::kF32, {2, 19});
+  for (int64_t j = 0; j < 19; ++j) x.set({0, j}, 0.1 * static_cast<double>(j) - 1.0);
+  x.set({0, 5}, std::nan(""));
+  Tensor y = Tensor::empty(DType::kF32, {2, 19});
+  auto relu = create_operation(ops::ActivationParam{.type = ops::ActivationType::kRelu});
+  run_operation(*relu, {{x}, {y}}, ctx);
+  EXPECT_TRUE(std::isnan(y.get({0, 5})));
+  EXPECT_EQ(y.get({0, 0}), 0.0);
+  auto sm = create_operation(ops::SoftmaxParam{});
+  run_operation(*sm, {{x}, {y}}, ctx);
+  for (int64_t j = 0; j < 19; ++j) EXPECT_TRUE(std::isnan(y.get({0, j})));
+  EXPECT_NEAR(y.get({1, 0}), 1.0 / 19.0, 1e-6);
+}
+}  // namespace
+}  // namespace tboost::testing

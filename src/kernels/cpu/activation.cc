@@ -83,8 +83,8 @@ template <ops::ActivationType t, class D, class V>
 HWY_INLINE V Apply(D d, V x) {
   using ops::ActivationType;
   switch (t) {
-    case ActivationType::kRelu:
-      return hn::Max(x, hn::Zero(d));
+    case ActivationType::kRelu:  // not Max(x, 0): x86 max drops a NaN; NaN must propagate
+      return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x);
     case ActivationType::kSilu:
     case ActivationType::kSwiGlu:
       return hn::Mul(x, Sigmoid(d, x));
@@ -188,14 +188,21 @@ void SoftmaxRows(const SoftmaxArgs& a, int64_t r0, int64_t r1) {
       return i + L <= C ? LoadF(d, x + i) : LoadTailF(d, x + i, static_cast<size_t>(C - i), fill);
     };
     auto vmax = hn::Set(d, ninf);
-    for (int64_t i = 0; i < C; i += L) vmax = hn::Max(vmax, hn::Mul(load(i, ninf), vs));
+    auto vnan = hn::Zero(d);  // x86 max drops NaN: track it so a NaN input gives a NaN row
+    for (int64_t i = 0; i < C; i += L) {
+      const auto v = hn::Mul(load(i, ninf), vs);
+      vmax = hn::Max(vmax, v);
+      vnan = hn::Or(vnan, hn::VecFromMask(d, hn::IsNaN(v)));
+    }
     const float m = ReduceMaxF(d, vmax);
-    if (m == ninf) {  // fully masked row: defined output, zeros
+    const bool has_nan = !hn::AllFalse(d, hn::MaskFromVec(vnan));
+    if (m == ninf || has_nan) {  // fully masked row: defined output, zeros; NaN in: NaN out
+      const auto fill = hn::Set(d, has_nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
       for (int64_t i = 0; i < C; i += L) {
         if (i + L <= C)
-          StoreF(d, hn::Zero(d), y + i);
+          StoreF(d, fill, y + i);
         else
-          StoreTailF(d, hn::Zero(d), y + i, static_cast<size_t>(C - i));
+          StoreTailF(d, fill, y + i, static_cast<size_t>(C - i));
       }
       continue;
     }
