@@ -83,11 +83,11 @@ class NormOp : public OpBase<P> {
       chk.dtype_in(j, role, in[static_cast<size_t>(j)], {DType::kF32, x.dtype});
       chk.last_dim_contiguous(j, role, in[static_cast<size_t>(j)]);
     }
-    if (has_bias() && in[static_cast<size_t>(k)].dtype != in[static_cast<size_t>(k + 1)].dtype)
+    if (has_bias() && in[static_cast<size_t>(k)].dtype != in[static_cast<size_t>(k) + 1].dtype)
       chk.fail(ErrorCode::kDTypeMismatch,
                "weight and bias must share a dtype, got " +
                    std::string(dtype_name(in[static_cast<size_t>(k)].dtype)) + " and " +
-                   dtype_name(in[static_cast<size_t>(k + 1)].dtype));
+                   dtype_name(in[static_cast<size_t>(k) + 1].dtype));
     std::vector<TensorDesc> out = {TensorDesc::contiguous(x.dtype, x.shape())};
     if (param_.layer == ops::NormLayer::kPreNorm)
       out.push_back(TensorDesc::contiguous(x.dtype, x.shape()));
