@@ -150,3 +150,62 @@ TEST(Contract, NaNInputsPropagate) {
 }
 }  // namespace
 }  // namespace tboost::testing
+
+namespace tboost::testing {
+namespace {
+// The public free-function kernels (include/tboost/kernels/cpu.h) against the float64
+// reference, contiguous data, odd sizes.
+TEST(PublicKernels, NormsMatchReference) {
+  Rng rng;
+  const int64_t rows = 7, cols = 131;
+  Buffer x = random_tensor(rng, DType::kF32, {rows, cols}, false, -1, 3);
+  Buffer r = random_tensor(rng, DType::kF32, {rows, cols}, false);
+  Buffer w = random_tensor(rng, DType::kF32, {cols}, false, 0.5, 1.5);
+  Buffer b = random_tensor(rng, DType::kF32, {cols}, false);
+  const Vec vx = to_f64(x.view), vr = to_f64(r.view), vw = to_f64(w.view), vb = to_f64(b.view);
+  const double tol = tolerance(DType::kF32, cols);
+  auto check = [&](const Tensor& got, const RefOut& ref) {
+    const Vec g = to_f64(got);
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_LE(std::abs(g[i] - ref.value[i]), tol * ref.scale[i] + 1e-30) << i;
+  };
+  Tensor y = Tensor::empty(DType::kF32, {rows, cols}), s = Tensor::empty(DType::kF32, {rows, cols});
+  std::vector<float> mean(rows), rstd(rows);
+  RefOut ry, rs;
+  kernels::cpu::rms_norm_forward(y.data_as<float>(), rstd.data(), x.view.data_as<float>(),
+                                 w.view.data_as<float>(), 1e-6f, rows, cols, 2);
+  kernels::ref::norm(&ry, nullptr, nullptr, nullptr, vx, nullptr, vw, nullptr, 1e-6, rows, cols,
+                     true, false);
+  check(y, ry);
+  kernels::cpu::rms_norm_prenorm_forward(y.data_as<float>(), s.data_as<float>(), nullptr,
+                                         x.view.data_as<float>(), r.view.data_as<float>(),
+                                         w.view.data_as<float>(), 1e-6f, rows, cols, 1);
+  kernels::ref::norm(&ry, &rs, nullptr, nullptr, vx, &vr, vw, nullptr, 1e-6, rows, cols, true,
+                     false);
+  check(y, ry);
+  check(s, rs);
+  kernels::cpu::layer_norm_forward(y.data_as<float>(), mean.data(), rstd.data(),
+                                   x.view.data_as<float>(), w.view.data_as<float>(),
+                                   b.view.data_as<float>(), 1e-5f, rows, cols, 0);
+  Vec rm, rrs;
+  kernels::ref::norm(&ry, nullptr, &rm, &rrs, vx, nullptr, vw, &vb, 1e-5, rows, cols, false, false);
+  check(y, ry);
+  for (int64_t i = 0; i < rows; ++i) {
+    EXPECT_NEAR(mean[static_cast<size_t>(i)], rm[static_cast<size_t>(i)], 1e-5);
+    EXPECT_NEAR(rstd[static_cast<size_t>(i)], rrs[static_cast<size_t>(i)],
+                1e-5 * rrs[static_cast<size_t>(i)]);
+  }
+  // bf16 overload: same as the op.
+  Buffer xb = random_tensor(rng, DType::kBF16, {rows, cols}, false);
+  Buffer wb = random_tensor(rng, DType::kBF16, {cols}, false);
+  Tensor yb = Tensor::empty(DType::kBF16, {rows, cols}),
+         yo = Tensor::empty(DType::kBF16, {rows, cols});
+  kernels::cpu::rms_norm_forward(yb.data_as<bf16_t>(), nullptr, xb.view.data_as<bf16_t>(),
+                                 wb.view.data_as<bf16_t>(), 1e-6f, rows, cols);
+  Context ctx;
+  auto op = create_operation(ops::RmsNormParam{});
+  run_operation(*op, {{xb.view, wb.view}, {yo}}, ctx);
+  EXPECT_EQ(to_f64(yb), to_f64(yo));
+}
+}  // namespace
+}  // namespace tboost::testing
