@@ -222,7 +222,9 @@ void memory_bound_ops(Runner& R) {
 void fused_pair(Runner& R, const std::string& name, DType dt, double fused_bytes,
                 double unfused_bytes, double flops, const std::function<void()>& fused,
                 const std::function<void()>& unfused) {
-  const auto [f, u] = time_pair(fused, unfused, R.budget());
+  // GEMM-bound pairs differ by a few percent: give them enough alternations for a stable median.
+  const double budget = flops > 0 ? 3.0 * R.budget() : R.budget();
+  const auto [f, u] = time_pair(fused, unfused, budget, flops > 0 ? 120 : 50);
   Result r;
   r.name = name;
   r.dtype = dtype_name(dt);
