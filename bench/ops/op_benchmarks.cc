@@ -334,6 +334,41 @@ void fused_chains(Runner& R) {
             mul(R.ctx);
           });
     }
+    if (R.want("fused_gated_epilogue" + sfx)) {
+      // The same chain with SwiGLU as the second GEMM's epilogue: up = x·W_upᵀ, then
+      // y = silu(x·W_gateᵀ) * up inside oneDNN's post-ops (no SwiGLU pass at all).
+      const int64_t FF = 2048;
+      Tensor x = filled(dt, {M, K}, 1), wgu = filled(dt, {2 * FF, K}, 2, -0.05f, 0.05f);
+      Tensor wg = wgu.slice(0, 0, FF), wu = wgu.slice(0, FF, FF);
+      Tensor u = Tensor::empty(dt, {M, FF}), y = Tensor::empty(dt, {M, FF});
+      Tensor g = Tensor::empty(dt, {M, FF}), s = Tensor::empty(dt, {M, FF});
+      Call up(LinearParam{}, {x, wu}, {u}, R.ctx);
+      Call gate(LinearParam{.activation = Activation::kSilu,
+                            .has_residual = true,
+                            .residual_is_multiplier = true},
+                {x, wg, u}, {y}, R.ctx);
+      Call lg(LinearParam{}, {x, wg}, {g}, R.ctx);
+      Call lu(LinearParam{}, {x, wu}, {u}, R.ctx);
+      Call silu(ActivationParam{.type = ActivationType::kSilu}, {g}, {s}, R.ctx);
+      Call mul(ElementwiseParam{.type = ElementwiseType::kMul}, {s, u}, {y}, R.ctx);
+      const double mf = es * static_cast<double>(M * FF);
+      const double xw = es * static_cast<double>(2 * M * K + 2 * FF * K);
+      // fused: x twice, weights, write u, read u in the epilogue, write y.
+      // unfused: x twice, weights, write g and u, silu 2mf, mul 3mf.
+      fused_pair(
+          R, "fused_gated_epilogue" + sfx + "[512x768x2x2048]", dt, xw + 3 * mf, xw + 7 * mf,
+          2.0 * M * K * 2 * FF,
+          [&] {
+            up(R.ctx);
+            gate(R.ctx);
+          },
+          [&] {
+            lg(R.ctx);
+            lu(R.ctx);
+            silu(R.ctx);
+            mul(R.ctx);
+          });
+    }
   }
 }
 

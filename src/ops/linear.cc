@@ -151,6 +151,11 @@ class LinearOp : public OpBase<LinearParam> {
   // x and the residual may overlap y: they are staged first (check_no_overlap covers the rest).
   bool allows_partial_overlap() const override { return true; }
 
+  void validate_param(const Checker& chk) const override {
+    chk.param(!param_.residual_is_multiplier || param_.has_residual,
+              "residual_is_multiplier needs has_residual");
+  }
+
   std::string input_role(size_t i) const override {
     std::vector<std::string> roles = {"x", "weight"};
     if (param_.has_bias) roles.push_back("bias");
@@ -395,7 +400,9 @@ class LinearOp : public OpBase<LinearParam> {
     if (post_act != Activation::kNone) ++idx;
     if (p.param.has_residual) {
       res_md_ = md_t({M, N}, cd, {p.ld_res, 1});
-      po.append_binary(dnnl::algorithm::binary_add, res_md_);
+      po.append_binary(p.param.residual_is_multiplier ? dnnl::algorithm::binary_mul
+                                                      : dnnl::algorithm::binary_add,
+                       res_md_);
       res_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
     }
     dnnl::primitive_attr attr;

@@ -23,6 +23,7 @@ struct LinCfg {
   DType bias_dtype = DType::kF32;
   Activation act = Activation::kNone;
   bool res = false;
+  bool res_mul = false;
   bool constw = true;
   bool strided_in = false, strided_out = false;
   int threads = 0;
@@ -34,7 +35,7 @@ std::string cfg_name(const LinCfg& c) {
   if (c.ta) s += "_ta";
   if (!c.tb) s += "_notb";
   if (c.bias) s += std::string("_bias") + dtype_name(c.bias_dtype);
-  if (c.res) s += "_res";
+  if (c.res) s += c.res_mul ? "_resmul" : "_res";
   if (!c.constw) s += "_varw";
   if (c.strided_in) s += "_sin";
   if (c.strided_out) s += "_sout";
@@ -58,6 +59,7 @@ OpCase build(const LinCfg& c, Rng& rng) {
                          .has_bias = c.bias,
                          .activation = c.act,
                          .has_residual = c.res,
+                         .residual_is_multiplier = c.res_mul,
                          .constant_weight = c.constw};
   const int64_t K = c.ta ? c.x[0] : c.x.back();
   Shape ys = c.x;
@@ -87,7 +89,7 @@ OpCase build(const LinCfg& c, Rng& rng) {
     if (c.bias) b = to_f64(in[k++]);
     if (c.res) r = to_f64(in[k]);
     RefOut y;
-    kernels::ref::linear(&y, x, w, b, r, M, K, c.N, c.act);
+    kernels::ref::linear(&y, x, w, b, r, M, K, c.N, c.act, c.res_mul);
     return std::vector<Expected>{{y, tolerance(c.dtype, K)}};
   };
   return oc;
@@ -130,6 +132,15 @@ std::vector<CaseSpec> linear_cases() {
            .constw = constw, .strided_in = true, .strided_out = true, .threads = 1});
       add({.dtype = DType::kBF16, .x = {3, 4, 24}, .N = 40, .bias = true, .act = a,
            .constw = constw, .threads = 2});
+    }
+  // Multiplier epilogue (the gated MLP's second GEMM): f32 native, bf16/f16 f32 fallback,
+  // strided and staged, every activation.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (Activation a : {Activation::kSilu, Activation::kGeluTanh, Activation::kNone}) {
+      add({.dtype = dt, .x = {7, 33}, .N = 65, .bias = true, .act = a, .res = true,
+           .res_mul = true});
+      add({.dtype = dt, .x = {2, 5, 64}, .N = 40, .act = a, .res = true, .res_mul = true,
+           .strided_in = true, .strided_out = true, .threads = 2});
     }
   // Residual strided, y contiguous: the residual is staged with y's leading dim.
   add({.dtype = DType::kF32, .x = {6, 20}, .N = 30, .res = true, .strided_in = true});
@@ -175,6 +186,12 @@ std::vector<BadSpec> linear_bad() {
          b.expect_substring = "input 1 (weight) expected dim 1 = 768 (K of x), got 767";
          b.expect_code = ErrorCode::kShapeMismatch;
          b.check_code = true;
+         return b;
+       }},
+      {"multiplier_without_residual",
+       [](Rng& rng) {
+         BadCase b = bad_base(rng, {.residual_is_multiplier = true});
+         b.expect_substring = "residual_is_multiplier needs has_residual";
          return b;
        }},
       {"k_mismatch_not_transposed",

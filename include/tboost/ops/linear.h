@@ -1,4 +1,4 @@
-// Linear: y = act(x · Wᵀ + bias) + residual, one oneDNN matmul with post-ops.
+// Linear: y = act(x · Wᵀ + bias) + residual (or * residual), one oneDNN matmul with post-ops.
 //
 // Inputs, in order: x (..., K) [or (K, M) with transpose_a], weight (N, K) when transpose_b
 // (the Hugging Face layout) or (K, N), then bias (N) if has_bias, then residual (..., N) if
@@ -21,6 +21,10 @@ struct LinearParam {
   bool has_bias = false;
   Activation activation = Activation::kNone;
   bool has_residual = false;
+  // With has_residual: y = act(x · Wᵀ + bias) * residual instead of + residual. This is the
+  // gated MLP in two GEMMs with no extra pass: up = x · W_upᵀ, then
+  // y = Linear{activation = kSilu, has_residual, residual_is_multiplier}(x, W_gate, up) = SwiGLU.
+  bool residual_is_multiplier = false;
   bool constant_weight = true;
   bool operator==(const LinearParam&) const = default;
 };

@@ -60,7 +60,7 @@ double act_derivative(ops::Activation a, double z) {
 }  // namespace
 
 void linear(RefOut* y, const Vec& x, const Vec& w, const Vec& bias, const Vec& residual, int64_t M,
-            int64_t K, int64_t N, ops::Activation act) {
+            int64_t K, int64_t N, ops::Activation act, bool residual_mul) {
   const auto m_ = static_cast<size_t>(M), k_ = static_cast<size_t>(K), n_ = static_cast<size_t>(N);
   y->value.assign(m_ * n_, 0.0);
   y->scale.assign(m_ * n_, 0.0);
@@ -80,8 +80,14 @@ void linear(RefOut* y, const Vec& x, const Vec& w, const Vec& bias, const Vec& r
       double v = act_value(act, z);
       s *= std::max(1.0, std::abs(act_derivative(act, z)));
       if (!residual.empty()) {
-        v += residual[m * n_ + n];
-        s += std::abs(residual[m * n_ + n]);
+        const double r = residual[m * n_ + n];
+        if (residual_mul) {
+          v *= r;
+          s *= std::abs(r);
+        } else {
+          v += r;
+          s += std::abs(r);
+        }
       }
       y->value[m * n_ + n] = v;
       y->scale[m * n_ + n] = s;

@@ -40,7 +40,8 @@ void softmax(RefOut* y, const Vec& x, int64_t rows, int64_t cols, double scale);
 
 // y = act(x · W^T + bias) + residual. x (M, K), w (N, K), bias (N) or empty, residual (M, N)
 // or empty.
+// residual_mul: y = act(...) * residual instead of + residual.
 void linear(RefOut* y, const Vec& x, const Vec& w, const Vec& bias, const Vec& residual, int64_t M,
-            int64_t K, int64_t N, ops::Activation act);
+            int64_t K, int64_t N, ops::Activation act, bool residual_mul = false);
 
 }  // namespace tboost::kernels::ref
