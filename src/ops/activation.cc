@@ -9,12 +9,46 @@
 namespace tboost::ops_internal {
 namespace {
 
-class ActivationOp : public OpBase<ops::ActivationParam> {
+// One input x, one output y, row by row through a registered kernel taking Args (which has
+// x, x_rows, y, y_rows, dtype, threads, ftz). Subclasses add their params in fill().
+template <class P, class Args>
+class RowwiseOp : public OpBase<P> {
  public:
-  using OpBase::OpBase;
-  const char* name() const override { return "Activation"; }
+  using OpBase<P>::OpBase;
   std::string input_role(size_t) const override { return "x"; }
   std::string output_role(size_t) const override { return "y"; }
+
+ protected:
+  using Kernel = void(const Args&);
+  virtual void fill(Args& a) const = 0;
+
+  size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) override {
+    chk.last_dim_contiguous(0, "y", pack.outputs[0].desc());
+    kernel_ = get_kernel<Kernel>(this->name(), ctx.device(), pack.inputs[0].dtype(), &this->impl_);
+    return 0;
+  }
+
+  void do_execute(const VariantPack& pack, void*, Context& ctx) override {
+    Args a;
+    a.x = pack.inputs[0].data();
+    a.x_rows = row_view(pack.inputs[0].desc());
+    a.y = pack.outputs[0].data();
+    a.y_rows = row_view(pack.outputs[0].desc());
+    a.dtype = pack.inputs[0].dtype();
+    a.threads = ctx.num_threads();
+    a.ftz = ctx.flush_denormals();
+    fill(a);
+    kernel_(a);
+  }
+
+ private:
+  Kernel* kernel_ = nullptr;
+};
+
+class ActivationOp : public RowwiseOp<ops::ActivationParam, kernels::ActivationArgs> {
+ public:
+  using RowwiseOp::RowwiseOp;
+  const char* name() const override { return "Activation"; }
 
   std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
@@ -35,37 +69,16 @@ class ActivationOp : public OpBase<ops::ActivationParam> {
     return {TensorDesc::contiguous(x.dtype, s)};
   }
 
-  size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) override {
-    chk.last_dim_contiguous(0, "y", pack.outputs[0].desc());
-    kernel_ = get_kernel<decltype(kernels::activation_forward)>(name(), ctx.device(),
-                                                                pack.inputs[0].dtype(), &impl_);
-    return 0;
-  }
-
-  void do_execute(const VariantPack& pack, void*, Context& ctx) override {
-    kernels::ActivationArgs a;
-    a.x = pack.inputs[0].data();
-    a.x_rows = row_view(pack.inputs[0].desc());
-    a.y = pack.outputs[0].data();
-    a.y_rows = row_view(pack.outputs[0].desc());
-    a.dtype = pack.inputs[0].dtype();
+  void fill(kernels::ActivationArgs& a) const override {
     a.type = param_.type;
     a.gate_first = param_.gate_first;
-    a.threads = ctx.num_threads();
-    a.ftz = ctx.flush_denormals();
-    kernel_(a);
   }
-
- private:
-  decltype(kernels::activation_forward)* kernel_ = nullptr;
 };
 
-class SoftmaxOp : public OpBase<ops::SoftmaxParam> {
+class SoftmaxOp : public RowwiseOp<ops::SoftmaxParam, kernels::SoftmaxArgs> {
  public:
-  using OpBase::OpBase;
+  using RowwiseOp::RowwiseOp;
   const char* name() const override { return "Softmax"; }
-  std::string input_role(size_t) const override { return "x"; }
-  std::string output_role(size_t) const override { return "y"; }
 
   void validate_param(const Checker& chk) const override {
     // A scale <= 0 would turn masked (-inf) entries into +inf or NaN.
@@ -84,28 +97,7 @@ class SoftmaxOp : public OpBase<ops::SoftmaxParam> {
     return {TensorDesc::contiguous(x.dtype, x.shape())};
   }
 
-  size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) override {
-    chk.last_dim_contiguous(0, "y", pack.outputs[0].desc());
-    kernel_ = get_kernel<decltype(kernels::softmax_forward)>(name(), ctx.device(),
-                                                             pack.inputs[0].dtype(), &impl_);
-    return 0;
-  }
-
-  void do_execute(const VariantPack& pack, void*, Context& ctx) override {
-    kernels::SoftmaxArgs a;
-    a.x = pack.inputs[0].data();
-    a.x_rows = row_view(pack.inputs[0].desc());
-    a.y = pack.outputs[0].data();
-    a.y_rows = row_view(pack.outputs[0].desc());
-    a.dtype = pack.inputs[0].dtype();
-    a.scale = param_.scale;
-    a.threads = ctx.num_threads();
-    a.ftz = ctx.flush_denormals();
-    kernel_(a);
-  }
-
- private:
-  decltype(kernels::softmax_forward)* kernel_ = nullptr;
+  void fill(kernels::SoftmaxArgs& a) const override { a.scale = param_.scale; }
 };
 
 }  // namespace
