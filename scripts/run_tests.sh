@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 JOBS="${TBOOST_JOBS:-2}"
 
 echo "== release build + tests"
-cmake --preset release >/dev/null
+cmake --preset release -DTBOOST_BUILD_TESTS=ON -DTBOOST_BUILD_BENCH=ON >/dev/null
 cmake --build --preset release -j "$JOBS"
 ctest --preset release -j 1
 
@@ -23,6 +23,6 @@ cmake --build build/consumer
 ./build/consumer/consumer
 
 echo "== AddressSanitizer + UBSan build + tests"
-cmake --preset asan >/dev/null
+cmake --preset asan -DTBOOST_BUILD_TESTS=ON >/dev/null
 cmake --build --preset asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --preset asan -j 1
