@@ -22,6 +22,15 @@ class RowwiseOp : public OpBase<P> {
   using Kernel = void(const Args&);
   virtual void fill(Args& a) const = 0;
 
+  // The one input: x (..., C) in a float dtype with a contiguous last dim.
+  const TensorDesc& check_x(const Checker& chk, const std::vector<TensorDesc>& in) const {
+    chk.count(in, 1, "x");
+    chk.rank(0, "x", in[0], 1, kMaxDims);
+    chk.dtype_in(0, "x", in[0], {DType::kF32, DType::kBF16, DType::kF16});
+    chk.last_dim_contiguous(0, "x", in[0]);
+    return in[0];
+  }
+
   size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) override {
     chk.last_dim_contiguous(0, "y", pack.outputs[0].desc());
     kernel_ = get_kernel<Kernel>(this->name(), ctx.device(), pack.inputs[0].dtype(), &this->impl_);
@@ -52,11 +61,7 @@ class ActivationOp : public RowwiseOp<ops::ActivationParam, kernels::ActivationA
 
   std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
-    chk.count(in, 1, "x");
-    const TensorDesc& x = in[0];
-    chk.rank(0, "x", x, 1, kMaxDims);
-    chk.dtype_in(0, "x", x, {DType::kF32, DType::kBF16, DType::kF16});
-    chk.last_dim_contiguous(0, "x", x);
+    const TensorDesc& x = check_x(chk, in);
     Shape s = x.shape();
     if (ops::is_gated(param_.type)) {
       if (s.back() % 2 != 0)
@@ -88,11 +93,7 @@ class SoftmaxOp : public RowwiseOp<ops::SoftmaxParam, kernels::SoftmaxArgs> {
 
   std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
-    chk.count(in, 1, "x");
-    const TensorDesc& x = in[0];
-    chk.rank(0, "x", x, 1, kMaxDims);
-    chk.dtype_in(0, "x", x, {DType::kF32, DType::kBF16, DType::kF16});
-    chk.last_dim_contiguous(0, "x", x);
+    const TensorDesc& x = check_x(chk, in);
     if (x.dim(-1) == 0) chk.fail(ErrorCode::kShapeMismatch, "input 0 (x) has an empty last dim");
     return {TensorDesc::contiguous(x.dtype, x.shape())};
   }

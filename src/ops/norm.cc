@@ -145,8 +145,6 @@ class NormOp : public OpBase<P> {
       a.stats_rows = element_view(pack.outputs[o].desc());  // mean and rstd share a shape
     }
     a.dtype = x.dtype();
-    a.rows = a.x_rows.count;
-    a.cols = a.x_rows.cols;
     a.eps = param_.epsilon;
     a.rms = kRms;
     a.plus_one = param_.weight_plus_one;

@@ -184,13 +184,11 @@ void SoftmaxRows(const SoftmaxArgs& a, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* x = static_cast<const T*>(a.x) + a.x_rows.offset(r);
     T* y = static_cast<T*>(a.y) + a.y_rows.offset(r);
-    auto load = [&](int64_t i, float fill) {
-      return i + L <= C ? LoadF(d, x + i) : LoadTailF(d, x + i, static_cast<size_t>(C - i), fill);
-    };
+    auto n_at = [&](int64_t i) { return std::min(L, C - i); };
     auto vmax = hn::Set(d, ninf);
     auto vnan = hn::Zero(d);  // x86 max drops NaN: track it so a NaN input gives a NaN row
     for (int64_t i = 0; i < C; i += L) {
-      const auto v = hn::Mul(load(i, ninf), vs);
+      const auto v = hn::Mul(LoadN(d, x + i, n_at(i), ninf), vs);
       vmax = hn::Max(vmax, v);
       vnan = hn::Or(vnan, hn::VecFromMask(d, hn::IsNaN(v)));
     }
@@ -198,12 +196,7 @@ void SoftmaxRows(const SoftmaxArgs& a, int64_t r0, int64_t r1) {
     const bool has_nan = !hn::AllFalse(d, hn::MaskFromVec(vnan));
     if (m == ninf || has_nan) {  // fully masked row: defined output, zeros; NaN in: NaN out
       const auto fill = hn::Set(d, has_nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
-      for (int64_t i = 0; i < C; i += L) {
-        if (i + L <= C)
-          StoreF(d, fill, y + i);
-        else
-          StoreTailF(d, fill, y + i, static_cast<size_t>(C - i));
-      }
+      for (int64_t i = 0; i < C; i += L) StoreN(d, fill, y + i, n_at(i));
       continue;
     }
     const auto vm = hn::Set(d, m);
@@ -214,23 +207,14 @@ void SoftmaxRows(const SoftmaxArgs& a, int64_t r0, int64_t r1) {
     // masked entries) the result is exactly 0, as in the float64 reference.
     float* e_row = std::is_same_v<T, float> ? reinterpret_cast<float*>(y) : scratch.data();
     for (int64_t i = 0; i < C; i += L) {
-      const auto z = hn::Sub(hn::Mul(load(i, ninf), vs), vm);
+      const auto z = hn::Sub(hn::Mul(LoadN(d, x + i, n_at(i), ninf), vs), vm);
       const auto e = hn::IfThenElseZero(hn::Ge(z, lo), FastExp(d, hn::Max(z, lo)));
       vsum = hn::Add(vsum, e);
-      if (i + L <= C)
-        hn::StoreU(e, d, e_row + i);
-      else
-        StoreTailF(d, e, e_row + i, static_cast<size_t>(C - i));
+      StoreN(d, e, e_row + i, n_at(i));
     }
     const auto inv = hn::Set(d, 1.0f / ReduceSumF(d, vsum));
-    for (int64_t i = 0; i < C; i += L) {
-      const auto e = i + L <= C ? hn::LoadU(d, e_row + i)
-                                : LoadTailF(d, e_row + i, static_cast<size_t>(C - i));
-      if (i + L <= C)
-        StoreF(d, hn::Mul(e, inv), y + i);
-      else
-        StoreTailF(d, hn::Mul(e, inv), y + i, static_cast<size_t>(C - i));
-    }
+    for (int64_t i = 0; i < C; i += L)
+      StoreN(d, hn::Mul(LoadN(d, e_row + i, n_at(i)), inv), y + i, n_at(i));
   }
 }
 

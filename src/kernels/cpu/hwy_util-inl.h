@@ -96,6 +96,21 @@ HWY_INLINE void StoreTailF(D d, hn::Vec<D> v, T* p, size_t n) {
   std::memcpy(p, buf, n * sizeof(T));
 }
 
+// n elements, n <= Lanes(d): a full vector or a tail (lanes past n load as `fill`).
+template <class D, class T>
+HWY_INLINE hn::Vec<D> LoadN(D d, const T* p, int64_t n, float fill = 0.0f) {
+  return n == static_cast<int64_t>(hn::Lanes(d)) ? LoadF(d, p)
+                                                 : LoadTailF(d, p, static_cast<size_t>(n), fill);
+}
+template <class D, class T>
+HWY_INLINE void StoreN(D d, hn::Vec<D> v, T* p, int64_t n) {
+  if (n == static_cast<int64_t>(hn::Lanes(d))) {
+    StoreF(d, v, p);
+  } else {
+    StoreTailF(d, v, p, static_cast<size_t>(n));
+  }
+}
+
 template <class D>
 HWY_INLINE float ReduceSumF(D d, hn::Vec<D> v) {
   return hn::GetLane(hn::SumOfLanes(d, v));

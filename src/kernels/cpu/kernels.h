@@ -55,8 +55,7 @@ struct NormArgs {
   RowView stats_rows;
   DType dtype = DType::kF32;   // x, residual, y, sum
   DType wdtype = DType::kF32;  // weight, bias
-  int64_t rows = 0, cols = 0;
-  float eps = 1e-6f;
+  float eps = 1e-6f;           // rows and cols: x_rows.count and x_rows.cols
   bool rms = true;
   bool plus_one = false;
   int threads = 1;

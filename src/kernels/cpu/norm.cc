@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -22,20 +23,6 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
-
-template <class D, class T>
-HWY_INLINE hn::Vec<D> Load(D d, const T* p, int64_t n) {
-  return n == static_cast<int64_t>(hn::Lanes(d)) ? LoadF(d, p)
-                                                 : LoadTailF(d, p, static_cast<size_t>(n));
-}
-template <class D, class T>
-HWY_INLINE void Store(D d, hn::Vec<D> v, T* p, int64_t n) {
-  if (n == static_cast<int64_t>(hn::Lanes(d))) {
-    StoreF(d, v, p);
-  } else {
-    StoreTailF(d, v, p, static_cast<size_t>(n));
-  }
-}
 
 // One row's pointers.
 template <class T>
@@ -57,8 +44,8 @@ HWY_INLINE NormRow<T> RowAt(const NormArgs& a, int64_t r) {
 // x (+ residual) of one row at [i, i + n); tail lanes are zero.
 template <class D, class T>
 HWY_INLINE hn::Vec<D> RowVec(D d, const NormRow<T>& p, int64_t i, int64_t n) {
-  auto v = Load(d, p.x + i, n);
-  if (p.res) v = hn::Add(v, Load(d, p.res + i, n));
+  auto v = LoadN(d, p.x + i, n);
+  if (p.res) v = hn::Add(v, LoadN(d, p.res + i, n));
   return v;
 }
 
@@ -67,6 +54,17 @@ HWY_INLINE hn::Vec<D> RowVec(D d, const NormRow<T>& p, int64_t i, int64_t n) {
 // each step folds a chunk of two elements per lane (mean m_c, M2_c = (v0 - v1)^2 / 2) into
 // the lane's running (mean, M2) over the 2k elements seen so far. No E[x^2] - mean^2
 // cancellation, and no second pass that would leave DRAM idle.
+// f[k] = 1 / (k + 1) = 2 / (n + 2) and g[k] = 2k / (k + 1) = n·2 / (n + 2) for n = 2k.
+struct MomentTables {
+  std::vector<float> f, g;
+  explicit MomentTables(int64_t n) : f(static_cast<size_t>(n)), g(static_cast<size_t>(n)) {
+    for (size_t k = 0; k < f.size(); ++k) {
+      f[k] = static_cast<float>(1.0 / static_cast<double>(k + 1));
+      g[k] = static_cast<float>(2.0 * static_cast<double>(k) / static_cast<double>(k + 1));
+    }
+  }
+};
+
 template <class D>
 struct Moments {
   // M2 = within-chunk part + between-chunk part, kept in separate accumulators so the loop
@@ -127,22 +125,20 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
   using D = decltype(d);
   using V = hn::Vec<D>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t C = a.cols;
+  const int64_t C = a.x_rows.cols;
   const int64_t C2 = C / (2 * L) * (2 * L);  // part done two vectors at a time
   const W* w = static_cast<const W*>(a.weight);
   const W* b = static_cast<const W*>(a.bias);
   const V one = hn::Set(d, a.plus_one ? 1.0f : 0.0f);
-  std::vector<float> ftab, gtab;
-  if (!a.rms) {
-    const int64_t steps = C2 / (2 * L);
-    ftab.resize(static_cast<size_t>(steps) + 1);
-    gtab.resize(static_cast<size_t>(steps) + 1);
-    for (int64_t k = 0; k <= steps; ++k) {
-      ftab[static_cast<size_t>(k)] = static_cast<float>(1.0 / static_cast<double>(k + 1));
-      gtab[static_cast<size_t>(k)] =
-          static_cast<float>(2.0 * static_cast<double>(k) / static_cast<double>(k + 1));
-    }
-  }
+  // The step factors depend only on the step index: one table for the process covers rows
+  // up to 2·Lanes·kSteps columns (64K on AVX2); longer rows build their own once per call.
+  // (Computing them per call was ~30% of a decode-sized LayerNorm row.)
+  constexpr int64_t kSteps = 4096;
+  static const MomentTables shared(kSteps);
+  const int64_t steps = a.rms ? 0 : C2 / (2 * L);
+  std::optional<MomentTables> own;
+  if (steps >= kSteps) own.emplace(steps + 1);
+  const MomentTables& tab = own ? *own : shared;
 
   // First-pass state of one row: sum of squares (RmsNorm) or running moments (LayerNorm).
   struct Pass {
@@ -163,12 +159,12 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
       st.q0 = hn::MulAdd(v0, v0, st.q0);
       st.q1 = hn::MulAdd(v1, v1, st.q1);
     } else {
-      st.mom.add(d, v0, v1, ftab.data(), gtab.data());
+      st.mom.add(d, v0, v1, tab.f.data(), tab.g.data());
     }
   };
   auto absorb_tail = [&](Pass& st, const NormRow<T>& p, int64_t j, int64_t n) {
     const V v = RowVec(d, p, j, n);  // lanes past n are zero
-    if (p.sum) Store(d, v, p.sum + j, n);
+    if (p.sum) StoreN(d, v, p.sum + j, n);
     if (a.rms) {
       st.q0 = hn::MulAdd(v, v, st.q0);
     } else {
@@ -192,11 +188,11 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
   // The output pass reads the PRENORM sum back when there is one: `sum` may be the residual
   // (or x) itself, updated in place, so x + residual is no longer there to re-read.
   auto output = [&](const NormRow<T>& p, V vm, V vr, int64_t j, int64_t n) {
-    const V s = p.sum ? Load(d, static_cast<const T*>(p.sum) + j, n) : RowVec(d, p, j, n);
+    const V s = p.sum ? LoadN(d, static_cast<const T*>(p.sum) + j, n) : RowVec(d, p, j, n);
     V v = hn::Mul(hn::Sub(s, vm), vr);
-    v = hn::Mul(v, hn::Add(Load(d, w + j, n), one));
-    if (b) v = hn::Add(v, Load(d, b + j, n));
-    Store(d, v, p.y + j, n);
+    v = hn::Mul(v, hn::Add(LoadN(d, w + j, n), one));
+    if (b) v = hn::Add(v, LoadN(d, b + j, n));
+    StoreN(d, v, p.y + j, n);
   };
 
   // Prologue: the first row's first pass alone.
@@ -233,8 +229,8 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
 template <class T, class W>
 void NormTyped(const NormArgs& a) {
   // A row of 4 KiB or more is worth one thread; smaller rows are batched.
-  const int64_t min_rows = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, a.cols));
-  parallel_for(a.threads, a.rows, min_rows, a.ftz,
+  const int64_t min_rows = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, a.x_rows.cols));
+  parallel_for(a.threads, a.x_rows.count, min_rows, a.ftz,
                [&](int64_t r0, int64_t r1) { NormRows<T, W>(a, r0, r1); });
 }
 

@@ -18,7 +18,7 @@ void norm(T* y, T* sum, float* mean, float* rstd, const T* x, const T* res, cons
   a.stats_rows = RowView::contiguous(rows, 1);
   a.dtype = dtype_of<T>::value;
   a.wdtype = dtype_of<W>::value;
-  a.rows = rows, a.cols = cols, a.eps = eps, a.rms = rms, a.threads = threads_or_all(threads);
+  a.eps = eps, a.rms = rms, a.threads = threads_or_all(threads);
   norm_forward(a);
 }
 }  // namespace

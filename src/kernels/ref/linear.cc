@@ -1,4 +1,4 @@
-// Float64 reference of Linear: y = act(x · Wᵀ + bias) + residual.
+// Float64 reference of Linear: y = act(x · Wᵀ + bias) + residual (or * residual).
 //
 // scale[i] bounds what a correct f32-accumulating kernel may get wrong at element i. The
 // pre-activation z carries an error of at most tol · (Σ_k |x||w| + |bias|); the activation
@@ -14,7 +14,6 @@
 namespace tboost::kernels::ref {
 namespace {
 
-// Local copies (the activation reference lives in another file and has its own contract).
 double act_value(ops::Activation a, double z) {
   switch (a) {
     case ops::Activation::kNone:
@@ -22,13 +21,11 @@ double act_value(ops::Activation a, double z) {
     case ops::Activation::kRelu:
       return z > 0.0 ? z : 0.0;
     case ops::Activation::kGeluErf:
-      return 0.5 * z * (1.0 + std::erf(z / std::numbers::sqrt2));
-    case ops::Activation::kGeluTanh: {
-      const double c = std::sqrt(2.0 / std::numbers::pi);
-      return 0.5 * z * (1.0 + std::tanh(c * (z + 0.044715 * z * z * z)));
-    }
+      return gelu_erf(z);
+    case ops::Activation::kGeluTanh:
+      return gelu_tanh(z);
     case ops::Activation::kSilu:
-      return z / (1.0 + std::exp(-z));
+      return silu(z);
   }
   return z;
 }
