@@ -100,7 +100,9 @@ std::string results_table(const std::vector<Result>& rows) {
   };
   for (const Result& r : rows) {
     char t[32];
-    if (r.seconds >= 1e-3)
+    if (r.seconds <= 0)
+      std::snprintf(t, sizeof t, "-");
+    else if (r.seconds >= 1e-3)
       std::snprintf(t, sizeof t, "%.3f ms", r.seconds * 1e3);
     else
       std::snprintf(t, sizeof t, "%.1f us", r.seconds * 1e6);

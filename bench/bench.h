@@ -28,9 +28,10 @@ std::pair<Timing, Timing> time_pair(const std::function<void()>& a, const std::f
 
 struct Limits {
   int threads = 1;
-  double copy_gbps = 0.0;    // read + write bytes / s, normal stores, 256 MiB buffers
-  double fma_gflops = 0.0;   // f32 FMA peak (vector width of the dispatched target)
-  double bf16_gflops = 0.0;  // bf16 dot peak (2x f32 where AVX512_BF16 exists, else f32)
+  double copy_gbps = 0.0;   // read + write bytes / s, normal stores, 256 MiB buffers
+  double fma_gflops = 0.0;  // f32 FMA peak (vector width of the dispatched target)
+  // bf16 dot peak: derived, not measured (2x f32 where AVX512_BF16 exists, else f32).
+  double bf16_gflops = 0.0;
 };
 Limits measure_limits(int threads, bool quick);
 

@@ -303,71 +303,62 @@ void fused_chains(Runner& R) {
             gelu(R.ctx);
           });
     }
-    if (R.want("fused_gate_up_swiglu" + sfx)) {
+    // Gated MLP, two fused forms against one unfused twin (gate linear, up linear, silu, mul):
+    // one gate-up linear + SwiGLU (the form), and SwiGLU as the gate GEMM's epilogue
+    // (up = x·W_upᵀ, then y = silu(x·W_gateᵀ) * up in oneDNN's post-ops, no SwiGLU pass).
+    const bool gate_up = R.want("fused_gate_up_swiglu" + sfx);
+    const bool epilogue = R.want("fused_gated_epilogue" + sfx);
+    if (gate_up || epilogue) {
       const int64_t FF = 2048;
       Tensor x = filled(dt, {M, K}, 1), wgu = filled(dt, {2 * FF, K}, 2, -0.05f, 0.05f);
       Tensor wg = wgu.slice(0, 0, FF), wu = wgu.slice(0, FF, FF);
       Tensor gu = Tensor::empty(dt, {M, 2 * FF}), y = Tensor::empty(dt, {M, FF});
       Tensor g = Tensor::empty(dt, {M, FF}), u = Tensor::empty(dt, {M, FF}),
              s = Tensor::empty(dt, {M, FF});
-      Call lin(LinearParam{}, {x, wgu}, {gu}, R.ctx);
-      Call glu(ActivationParam{.type = ActivationType::kSwiGlu}, {gu}, {y}, R.ctx);
       Call lg(LinearParam{}, {x, wg}, {g}, R.ctx);
       Call lu(LinearParam{}, {x, wu}, {u}, R.ctx);
       Call silu(ActivationParam{.type = ActivationType::kSilu}, {g}, {s}, R.ctx);
       Call mul(ElementwiseParam{.type = ElementwiseType::kMul}, {s, u}, {y}, R.ctx);
+      auto unfused = [&] {
+        lg(R.ctx);
+        lu(R.ctx);
+        silu(R.ctx);
+        mul(R.ctx);
+      };
       const double mf = es * static_cast<double>(M * FF);
-      const double xw = es * static_cast<double>(M * K + 2 * FF * K);
-      // fused: x once, both weights, write gu (2mf), SwiGLU reads 2mf writes mf.
+      const double w_bytes = es * static_cast<double>(2 * FF * K), x_bytes = es * M * K;
+      const double flops = 2.0 * M * K * 2 * FF;
       // unfused: x twice, weights, write g and u (2mf), silu 2mf, mul 3mf.
-      fused_pair(
-          R, "fused_gate_up_swiglu" + sfx + "[512x768x2x2048]", dt, xw + 5 * mf,
-          xw + es * M * K + 7 * mf, 2.0 * M * K * 2 * FF,
-          [&] {
-            lin(R.ctx);
-            glu(R.ctx);
-          },
-          [&] {
-            lg(R.ctx);
-            lu(R.ctx);
-            silu(R.ctx);
-            mul(R.ctx);
-          });
-    }
-    if (R.want("fused_gated_epilogue" + sfx)) {
-      // The same chain with SwiGLU as the second GEMM's epilogue: up = x·W_upᵀ, then
-      // y = silu(x·W_gateᵀ) * up inside oneDNN's post-ops (no SwiGLU pass at all).
-      const int64_t FF = 2048;
-      Tensor x = filled(dt, {M, K}, 1), wgu = filled(dt, {2 * FF, K}, 2, -0.05f, 0.05f);
-      Tensor wg = wgu.slice(0, 0, FF), wu = wgu.slice(0, FF, FF);
-      Tensor u = Tensor::empty(dt, {M, FF}), y = Tensor::empty(dt, {M, FF});
-      Tensor g = Tensor::empty(dt, {M, FF}), s = Tensor::empty(dt, {M, FF});
-      Call up(LinearParam{}, {x, wu}, {u}, R.ctx);
-      Call gate(LinearParam{.activation = Activation::kSilu,
-                            .has_residual = true,
-                            .residual_is_multiplier = true},
-                {x, wg, u}, {y}, R.ctx);
-      Call lg(LinearParam{}, {x, wg}, {g}, R.ctx);
-      Call lu(LinearParam{}, {x, wu}, {u}, R.ctx);
-      Call silu(ActivationParam{.type = ActivationType::kSilu}, {g}, {s}, R.ctx);
-      Call mul(ElementwiseParam{.type = ElementwiseType::kMul}, {s, u}, {y}, R.ctx);
-      const double mf = es * static_cast<double>(M * FF);
-      const double xw = es * static_cast<double>(2 * M * K + 2 * FF * K);
-      // fused: x twice, weights, write u, read u in the epilogue, write y.
-      // unfused: x twice, weights, write g and u, silu 2mf, mul 3mf.
-      fused_pair(
-          R, "fused_gated_epilogue" + sfx + "[512x768x2x2048]", dt, xw + 3 * mf, xw + 7 * mf,
-          2.0 * M * K * 2 * FF,
-          [&] {
-            up(R.ctx);
-            gate(R.ctx);
-          },
-          [&] {
-            lg(R.ctx);
-            lu(R.ctx);
-            silu(R.ctx);
-            mul(R.ctx);
-          });
+      const double unfused_bytes = 2 * x_bytes + w_bytes + 7 * mf;
+      if (gate_up) {
+        Call lin(LinearParam{}, {x, wgu}, {gu}, R.ctx);
+        Call glu(ActivationParam{.type = ActivationType::kSwiGlu}, {gu}, {y}, R.ctx);
+        // x once, weights, write gu (2mf); SwiGLU reads 2mf, writes mf.
+        fused_pair(
+            R, "fused_gate_up_swiglu" + sfx + "[512x768x2x2048]", dt, x_bytes + w_bytes + 5 * mf,
+            unfused_bytes, flops,
+            [&] {
+              lin(R.ctx);
+              glu(R.ctx);
+            },
+            unfused);
+      }
+      if (epilogue) {
+        Call up(LinearParam{}, {x, wu}, {u}, R.ctx);
+        Call gate(LinearParam{.activation = Activation::kSilu,
+                              .has_residual = true,
+                              .residual_is_multiplier = true},
+                  {x, wg, u}, {y}, R.ctx);
+        // x twice, weights, write u, read u in the epilogue, write y.
+        fused_pair(
+            R, "fused_gated_epilogue" + sfx + "[512x768x2x2048]", dt,
+            2 * x_bytes + w_bytes + 3 * mf, unfused_bytes, flops,
+            [&] {
+              up(R.ctx);
+              gate(R.ctx);
+            },
+            unfused);
+      }
     }
   }
 }
@@ -499,11 +490,12 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
   R.lim = measure_limits(ctx.num_threads(), opt.quick);
   if (R.want("limits")) {
     Result c;
-    c.name = "limits_copy_256MiB";
+    c.name = "limits_copy";
     c.dtype = "f32";
     c.gbps = R.lim.copy_gbps;
     c.floor_fraction = 1.0;
-    c.note = "read + write bytes per second, normal stores";
+    c.note = std::string("read + write bytes per second, normal stores, ") +
+             (R.opt.quick ? "64" : "256") + " MiB arrays, best of ~20";
     R.emit(c);
     Result f;
     f.name = "limits_fma_peak";
@@ -512,6 +504,16 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
     f.floor_fraction = 1.0;
     f.note = "isa " + Context::kernel_isa();
     R.emit(f);
+    // The bf16 floor is derived, not measured: we have no bf16 dot loop to time yet.
+    Result b;
+    b.name = "limits_bf16_peak";
+    b.dtype = "bf16";
+    b.gflops = R.lim.bf16_gflops;
+    b.floor_fraction = 1.0;
+    b.note = cpu_features().avx512_bf16
+                 ? "derived: 2x the measured f32 FMA peak (vdpbf16ps), not measured"
+                 : "derived: = the f32 FMA peak (no bf16 dot instruction; bf16 computes in f32)";
+    R.emit(b);
   }
   memory_bound_ops(R);
   fused_chains(R);
