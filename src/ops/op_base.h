@@ -134,9 +134,12 @@ class OpBase : public Operation {
  protected:
   virtual std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& inputs) const = 0;
   virtual void validate_param(const Checker& chk) const {}
-  // Whether an output may overlap an input other than as the identical view (ops that stage
-  // their inputs first, like Linear, say yes and check the rest themselves).
-  virtual bool allows_partial_overlap() const { return false; }
+  // How input i may share memory with an output. Default: only as the identical view (every
+  // elementwise-style kernel reads element j before writing element j). An op that stages an
+  // input before writing (Linear's x and residual) says kAny; one that reads an input after it
+  // starts writing (Linear's weight and bias) says kNone.
+  enum class Overlap { kSameViewOnly, kAny, kNone };
+  virtual Overlap input_overlap(size_t input) const { return Overlap::kSameViewOnly; }
   virtual size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) { return 0; }
   virtual void do_execute(const VariantPack& pack, void* workspace, Context& ctx) = 0;
   virtual std::string input_role(size_t i) const { return "#" + std::to_string(i); }
@@ -162,13 +165,17 @@ class OpBase : public Operation {
         if (overlaps(y, pack.outputs[k]))
           chk.fail(ErrorCode::kInvalidArgument,
                    who + " overlaps output " + std::to_string(k) + " (" + output_role(k) + ")");
-      if (allows_partial_overlap()) continue;
-      for (size_t i = 0; i < pack.inputs.size(); ++i)
-        if (overlaps(y, pack.inputs[i]) && !same_view(y, pack.inputs[i]))
-          chk.fail(ErrorCode::kInvalidArgument,
-                   who + " " + y.desc().to_string() + " overlaps input " + std::to_string(i) +
-                       " (" + input_role(i) + ") " + pack.inputs[i].desc().to_string() +
-                       " without being the same view (in place: pass the input itself)");
+      for (size_t i = 0; i < pack.inputs.size(); ++i) {
+        const Overlap rule = input_overlap(i);
+        if (rule == Overlap::kAny || !overlaps(y, pack.inputs[i])) continue;
+        if (rule == Overlap::kSameViewOnly && same_view(y, pack.inputs[i])) continue;
+        chk.fail(ErrorCode::kInvalidArgument,
+                 who + " " + y.desc().to_string() + " overlaps input " + std::to_string(i) + " (" +
+                     input_role(i) + ") " + pack.inputs[i].desc().to_string() +
+                     (rule == Overlap::kNone
+                          ? ", which is read while the output is written: use separate memory"
+                          : " without being the same view (in place: pass the input itself)"));
+      }
     }
   }
 
