@@ -136,7 +136,6 @@ class RopeOp : public OpBase<ops::RopeParam> {
     a.seq = bnsd() ? x.dim(2) : 1;
     a.head_dim = x.dim(-1);
     a.rotary_dim = rotary_dim(x.desc());
-    a.theta = param_.theta;
     a.inv_freq = inv_freq_.data();
     a.scaling = param_.scaling_factor;
     a.threads = ctx.num_threads();

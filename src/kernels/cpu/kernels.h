@@ -76,8 +76,8 @@ struct RopeArgs {
   ops::QkvLayout layout = ops::QkvLayout::kBSND;
   int64_t heads = 1, seq = 1;  // H, and S for kBNSD: row (b,h,s) is token b*S+s; kBSND: row/H
   int64_t head_dim = 0, rotary_dim = 0;
-  double theta = 10000.0, scaling = 1.0;
-  const double* inv_freq = nullptr;  // rotary_dim/2 values theta^(-2i/r); null: computed
+  double scaling = 1.0;
+  const double* inv_freq = nullptr;  // rotary_dim/2 values theta^(-2i/r), made once by the op
   int threads = 1;
   bool ftz = true;
 };

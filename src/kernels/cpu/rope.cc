@@ -486,10 +486,7 @@ void RopeTyped(const RopeArgs& a) {
   const int64_t by_threads = (S + blocks_per_batch - 1) / blocks_per_batch;
   plan.tok_block = std::clamp<int64_t>(std::min(by_cache, by_threads), 1, 64);
   plan.inv_freq.assign(static_cast<size_t>(plan.half_pad), 0.0);
-  for (int64_t i = 0; i < plan.half; ++i)
-    plan.inv_freq[static_cast<size_t>(i)] =
-        a.inv_freq ? a.inv_freq[i]
-                   : std::pow(a.theta, -2.0 * static_cast<double>(i) / static_cast<double>(r));
+  for (int64_t i = 0; i < plan.half; ++i) plan.inv_freq[static_cast<size_t>(i)] = a.inv_freq[i];
 
   // Stream y when it is far larger than the caches (it would be evicted before any reuse)
   // and is not x itself (in place, the line was just read: a plain store costs no extra read).
