@@ -75,6 +75,7 @@ std::string results_json(const std::vector<Result>& rows) {
       j["speedup_vs_baseline"] = opt(r.speedup_vs_baseline);
       j["bytes_ratio_vs_baseline"] = opt(r.bytes_ratio_vs_baseline);
     }
+    if (r.working_bytes) j["working_bytes"] = *r.working_bytes;
     if (!r.note.empty()) j["note"] = r.note;
     arr.push_back(j);
   }
@@ -85,17 +86,24 @@ std::string results_table(const std::vector<Result>& rows) {
   std::string s;
   char line[512];
   std::snprintf(line, sizeof line,
-                "| %-44s | %-5s | %3s | %10s | %8s | %8s | %6s | %-8s | %7s | %6s |\n", "case",
-                "dtype", "thr", "time", "GB/s", "GFLOP/s", "floor", "baseline", "speedup", "bytes");
+                "| %-44s | %-5s | %3s | %10s | %8s | %8s | %6s | %-8s | %7s | %6s | %9s |\n", "case",
+                "dtype", "thr", "time", "GB/s", "GFLOP/s", "floor", "baseline", "speedup", "bytes",
+                "work mem");
   s += line;
   s += "|" + std::string(46, '-') + "|" + std::string(7, '-') + "|" + std::string(5, '-') + "|" +
        std::string(12, '-') + "|" + std::string(10, '-') + "|" + std::string(10, '-') + "|" +
        std::string(8, '-') + "|" + std::string(10, '-') + "|" + std::string(9, '-') + "|" +
-       std::string(8, '-') + "|\n";
+       std::string(8, '-') + "|" + std::string(11, '-') + "|\n";
   auto num = [](const std::optional<double>& v, const char* fmt) {
     char b[32];
     if (!v) return std::string("-");
     std::snprintf(b, sizeof b, fmt, *v);
+    return std::string(b);
+  };
+  auto mib = [](const std::optional<double>& v) {
+    char b[32];
+    if (!v) return std::string("-");
+    std::snprintf(b, sizeof b, "%.2f MiB", *v / 1048576.0);
     return std::string(b);
   };
   for (const Result& r : rows) {
@@ -107,11 +115,11 @@ std::string results_table(const std::vector<Result>& rows) {
     else
       std::snprintf(t, sizeof t, "%.1f us", r.seconds * 1e6);
     std::snprintf(line, sizeof line,
-                  "| %-44s | %-5s | %3d | %10s | %8s | %8s | %5.0f%% | %-8s | %7s | %6s |\n",
+                  "| %-44s | %-5s | %3d | %10s | %8s | %8s | %5.0f%% | %-8s | %7s | %6s | %9s |\n",
                   r.name.c_str(), r.dtype.c_str(), r.threads, t, num(r.gbps, "%.1f").c_str(),
                   num(r.gflops, "%.1f").c_str(), 100.0 * r.floor_fraction, r.baseline.c_str(),
                   num(r.speedup_vs_baseline, "%.2fx").c_str(),
-                  num(r.bytes_ratio_vs_baseline, "%.2f").c_str());
+                  num(r.bytes_ratio_vs_baseline, "%.2f").c_str(), mib(r.working_bytes).c_str());
     s += line;
   }
   return s;

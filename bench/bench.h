@@ -29,6 +29,7 @@ std::pair<Timing, Timing> time_pair(const std::function<void()>& a, const std::f
 struct Limits {
   int threads = 1;
   double copy_gbps = 0.0;   // read + write bytes / s, normal stores, 256 MiB buffers
+  double read_gbps = 0.0;   // read-only stream over the same 256 MiB
   double fma_gflops = 0.0;  // f32 FMA peak (vector width of the dispatched target)
   // bf16 dot peak: derived, not measured (2x f32 where AVX512_BF16 exists, else f32).
   double bf16_gflops = 0.0;
@@ -54,6 +55,7 @@ struct Result {
   std::string baseline;  // "unfused", "onednn", "f32", "copy" or empty
   std::optional<double> speedup_vs_baseline;
   std::optional<double> bytes_ratio_vs_baseline;
+  std::optional<double> working_bytes;  // scratch memory the op needs beyond in/outputs
   std::string note;
 };
 

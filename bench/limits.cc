@@ -44,6 +44,22 @@ void Stream(float* const* outs, int writes, const float* const* ins, int reads, 
   }
 }
 
+// Sums floats [b, e) with four independent chains (a pure read stream); the result goes to
+// *sink so the loads cannot be optimized away.
+void ReadSum(const float* in, int64_t b, int64_t e, float* sink) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = b;
+  for (; i + 4 * L <= e; i += 4 * L) {
+    s0 = hn::Add(s0, hn::LoadU(d, in + i));
+    s1 = hn::Add(s1, hn::LoadU(d, in + i + L));
+    s2 = hn::Add(s2, hn::LoadU(d, in + i + 2 * L));
+    s3 = hn::Add(s3, hn::LoadU(d, in + i + 3 * L));
+  }
+  *sink += hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+}
+
 }  // namespace tboost::bench::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -60,6 +76,7 @@ HWY_AFTER_NAMESPACE();
 namespace tboost::bench {
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(Stream);
+HWY_EXPORT(ReadSum);
 
 void stream_kernel(float* const* outs, int writes, const float* const* ins, int reads, int64_t n,
                    int threads) {
@@ -86,6 +103,18 @@ Limits measure_limits(int threads, bool quick) {
   // Limits are ceilings: the best run counts (the fastest of ~20), not the median.
   const Timing tc = time_fn([&] { stream_kernel(&out, 1, &in, 1, n, threads); }, 0.8, 30);
   l.copy_gbps = 2.0 * 4.0 * static_cast<double>(n) / tc.min / 1e9;
+  std::vector<float> sums(static_cast<size_t>(threads) * 16, 0.0f);
+  const Timing tr = time_fn(
+      [&] {
+#pragma omp parallel num_threads(threads)
+        {
+          const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+          HWY_DYNAMIC_DISPATCH(ReadSum)
+          (in, n * t / nt / 64 * 64, n * (t + 1) / nt / 64 * 64, &sums[static_cast<size_t>(t) * 16]);
+        }
+      },
+      0.8, 30);
+  l.read_gbps = 4.0 * static_cast<double>(n) / tr.min / 1e9;
 
   std::vector<float> sink(static_cast<size_t>(threads) * 16, 0.0f);
   const int64_t iters = quick ? 2'000'000 : 10'000'000;

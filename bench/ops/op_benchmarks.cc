@@ -13,65 +13,13 @@
 #include <regex>
 
 #include "bench/bench.h"
+#include "bench/ops/runner.h"
 #include "tboost/tboost.h"
 
 namespace tboost::bench {
 namespace {
 
 using namespace tboost::ops;
-
-struct Runner {
-  const Options& opt;
-  Context& ctx;
-  Limits lim;
-  std::vector<Result>& rows;
-  const std::function<void(const Result&)>& progress;
-  std::regex re;
-
-  bool want(const std::string& name) const {
-    return opt.filter.empty() || std::regex_search(name, re);
-  }
-  void emit(Result r) {
-    r.threads = ctx.num_threads();
-    if (progress) progress(r);
-    rows.push_back(std::move(r));
-  }
-  double budget() const { return opt.quick ? 0.3 : 1.0; }
-};
-
-// Fills a tensor with values in [lo, hi) from a cheap LCG (never all zeros).
-Tensor filled(DType dt, const Shape& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t = Tensor::empty(dt, shape);
-  const int64_t n = t.numel();
-  std::vector<float> tmp(static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(n, 1 << 20))));
-  uint32_t s = seed * 2654435761u + 12345u;
-  for (auto& v : tmp) {
-    s = s * 1664525u + 1013904223u;
-    v = lo + (hi - lo) * static_cast<float>(s >> 8) / 16777216.0f;
-  }
-  for (int64_t i = 0; i < n; i += static_cast<int64_t>(tmp.size())) {
-    const int64_t m = std::min<int64_t>(static_cast<int64_t>(tmp.size()), n - i);
-    convert(static_cast<char*>(t.data()) + i * static_cast<int64_t>(dtype_size(dt)), dt, tmp.data(),
-            DType::kF32, m);
-  }
-  return t;
-}
-
-// A prepared op call: create + setup once; the timed loop only executes.
-struct Call {
-  std::unique_ptr<Operation> op;
-  VariantPack pack;
-  std::shared_ptr<void> ws;
-  size_t ws_size = 0;
-  Call(const AnyParam& p, std::vector<Tensor> in, std::vector<Tensor> out, Context& ctx)
-      : op(create_operation(p)), pack{std::move(in), std::move(out)} {
-    ws_size = op->setup(pack, ctx);
-    if (ws_size) ws = aligned_buffer(ws_size);
-  }
-  void operator()(Context& ctx) { op->execute(pack, ws.get(), ws_size, ctx); }
-};
-
-double spread(const Timing& t) { return (t.max - t.min) / t.median; }
 
 // ---- memory-bound ops against the copy baseline ------------------------------------------
 
@@ -497,6 +445,14 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
     c.note = std::string("read + write bytes per second, normal stores, ") +
              (R.opt.quick ? "64" : "256") + " MiB arrays, best of ~20";
     R.emit(c);
+    Result rd;
+    rd.name = "limits_dram_read";
+    rd.dtype = "f32";
+    rd.gbps = R.lim.read_gbps;
+    rd.floor_fraction = 1.0;
+    rd.note = std::string("read-only stream, ") + (R.opt.quick ? "64" : "256") +
+              " MiB array, best of ~20";
+    R.emit(rd);
     Result f;
     f.name = "limits_fma_peak";
     f.dtype = "f32";
@@ -518,6 +474,7 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
   memory_bound_ops(R);
   fused_chains(R);
   linear_cases(R);
+  attention_benchmarks(R);
   return rows;
 }
 

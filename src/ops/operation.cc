@@ -23,7 +23,10 @@ std::unique_ptr<Operation> create_operation(const AnyParam& param) {
                              [](const ops::ActivationParam& p) { return make_activation(p); },
                              [](const ops::SoftmaxParam& p) { return make_softmax(p); },
                              [](const ops::ElementwiseParam& p) { return make_elementwise(p); },
-                             [](const ops::EmbeddingParam& p) { return make_embedding(p); }},
+                             [](const ops::EmbeddingParam& p) { return make_embedding(p); },
+                             [](const ops::AttentionParam& p) { return make_self_attention(p); },
+                             [](const ops::PagedAttentionParam& p) { return make_paged_attention(p); },
+                             [](const ops::ReshapeAndCacheParam& p) { return make_reshape_and_cache(p); }},
                     param);
 }
 

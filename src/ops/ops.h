@@ -14,4 +14,7 @@ std::unique_ptr<Operation> make_activation(const ops::ActivationParam& p);
 std::unique_ptr<Operation> make_softmax(const ops::SoftmaxParam& p);
 std::unique_ptr<Operation> make_elementwise(const ops::ElementwiseParam& p);
 std::unique_ptr<Operation> make_embedding(const ops::EmbeddingParam& p);
+std::unique_ptr<Operation> make_self_attention(const ops::AttentionParam& p);
+std::unique_ptr<Operation> make_paged_attention(const ops::PagedAttentionParam& p);
+std::unique_ptr<Operation> make_reshape_and_cache(const ops::ReshapeAndCacheParam& p);
 }  // namespace tboost::ops_internal

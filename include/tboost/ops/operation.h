@@ -21,6 +21,7 @@
 #include "tboost/core/context.h"
 #include "tboost/core/tensor.h"
 #include "tboost/ops/activation.h"
+#include "tboost/ops/attention.h"
 #include "tboost/ops/elementwise.h"
 #include "tboost/ops/embedding.h"
 #include "tboost/ops/linear.h"
@@ -33,7 +34,8 @@ namespace tboost {
 // Every op's Param; create_operation dispatches on the alternative.
 using AnyParam = std::variant<ops::LinearParam, ops::RmsNormParam, ops::LayerNormParam,
                               ops::RopeParam, ops::ActivationParam, ops::SoftmaxParam,
-                              ops::ElementwiseParam, ops::EmbeddingParam>;
+                              ops::ElementwiseParam, ops::EmbeddingParam, ops::AttentionParam,
+                              ops::PagedAttentionParam, ops::ReshapeAndCacheParam>;
 
 class Operation {
  public:

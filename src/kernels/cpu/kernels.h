@@ -139,6 +139,49 @@ struct ScaleArgs {
 };
 void scale_forward(const ScaleArgs& a);
 
+// Attention (SelfAttention and PagedAttention). Strides are in elements; element (b, h, s, d)
+// of q is at q + b*q_sb + h*q_sh + s*q_ss + d (the last dim is contiguous), likewise o and
+// lse (no d). Keys and values: kv_seq_rows/paged addressing below.
+struct AttentionArgs {
+  void* o = nullptr;
+  int64_t o_sb = 0, o_sh = 0, o_ss = 0;
+  float* lse = nullptr;
+  int64_t lse_sb = 0, lse_sh = 0, lse_ss = 0;
+  const void* q = nullptr;
+  int64_t q_sb = 0, q_sh = 0, q_ss = 0;
+  // Non-paged: row s of kv head h of sequence b at k + b*k_sb + h*k_sh + s*k_ss.
+  // Paged (block_table set): token t of sequence b lives in block
+  // p = block_table[b*bt_stride + t/block_size], at k + p*k_sb + h*k_sh + (t%block_size)*k_ss.
+  const void* k = nullptr;
+  int64_t k_sb = 0, k_sh = 0, k_ss = 0;
+  const void* v = nullptr;
+  int64_t v_sb = 0, v_sh = 0, v_ss = 0;
+  DType dtype = DType::kF32;     // q and o
+  DType kv_dtype = DType::kF32;  // k and v
+  int64_t batch = 1, heads = 1, kv_heads = 1, head_dim = 0, v_head_dim = 0;
+  int64_t sq = 0, sk = 0;  // per sequence; the maxima when cu_q/cu_k/context_lens vary them
+  // Varlen: sequence b owns tokens [cu[b], cu[b+1]) (q_sb/k_sb/v_sb/o_sb/lse_sb unused).
+  const int32_t* cu_q = nullptr;
+  const int32_t* cu_k = nullptr;
+  const int32_t* context_lens = nullptr;  // per-sequence key count (caches); null: sk
+  const int32_t* block_table = nullptr;
+  int64_t bt_stride = 0, block_size = 0;
+  float scale = 1.0f;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  const float* alibi = nullptr;  // (heads) slopes, or null
+  const float* mask = nullptr;   // additive: mask + b*mask_sb + i*mask_si + j, or null
+  int64_t mask_sb = 0, mask_si = 0;
+  int64_t kv_block = 0;  // keys per tile (0: derived from the cache sizes)
+  int threads = 1;
+  bool ftz = true;
+};
+// Workspace bytes attention_forward needs for these args (any context lengths up to sk).
+size_t attention_workspace(const AttentionArgs& a);
+void attention_forward(const AttentionArgs& a, void* workspace);
+// Keys per tile chosen for these sizes: MM_BLOCK_SIZE if set, else from the cache sizes.
+int64_t attention_kv_block(int64_t head_dim, int64_t v_head_dim);
+
 namespace cpu {
 // Registers every CPU kernel with the op registry (called once, on first lookup).
 void register_cpu_kernels();

@@ -16,6 +16,8 @@ void register_cpu_kernels() {
     register_kernel("Softmax", Device::kCPU, t, &softmax_forward, hwy);
     register_kernel("Elementwise.binary", Device::kCPU, t, &binary_forward, hwy);
     register_kernel("Elementwise.scale", Device::kCPU, t, &scale_forward, hwy);
+    register_kernel("SelfAttention", Device::kCPU, t, &attention_forward, hwy);
+    register_kernel("PagedAttention", Device::kCPU, t, &attention_forward, hwy);
   }
 }
 

@@ -45,3 +45,22 @@ void linear(RefOut* y, const Vec& x, const Vec& w, const Vec& bias, const Vec& r
             int64_t K, int64_t N, ops::Activation act, bool residual_mul = false);
 
 }  // namespace tboost::kernels::ref
+
+namespace tboost::kernels::ref {
+
+// Which keys a query sees and what is added to its scores (include/tboost/ops/attention.h):
+// query i sits at i + offset on the key axis (offset = Sk - Sq, bottom-right alignment).
+struct AttentionMask {
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;  // -1: unbounded
+  double alibi_slope = 0.0;                     // bias -slope * |i + offset - j|
+  const double* mask = nullptr;                 // additive (Sq, Sk) row-major, or null
+};
+
+// Naive attention of one (sequence, head): q (Sq, D), k (Sk, D), v (Sk, Dv), row-major.
+// o (Sq, Dv) with scale sum_j p_ij |v_jd|; lse (Sq) natural log, -inf for a row that sees no
+// key (its o row is 0).
+void attention(RefOut* o, Vec* lse, const Vec& q, const Vec& k, const Vec& v, int64_t Sq,
+               int64_t Sk, int64_t D, int64_t Dv, double scale, const AttentionMask& m);
+
+}  // namespace tboost::kernels::ref

@@ -1,0 +1,50 @@
+// Float64 reference of attention: the whole score row is formed, then an exact softmax.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "src/kernels/ref/reference.h"
+
+namespace tboost::kernels::ref {
+
+void attention(RefOut* o, Vec* lse, const Vec& q, const Vec& k, const Vec& v, int64_t Sq,
+               int64_t Sk, int64_t D, int64_t Dv, double scale, const AttentionMask& m) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t offset = Sk - Sq;
+  o->value.assign(static_cast<size_t>(Sq * Dv), 0.0);
+  o->scale.assign(o->value.size(), 0.0);
+  lse->assign(static_cast<size_t>(Sq), -inf);
+  Vec s(static_cast<size_t>(Sk));
+  for (int64_t i = 0; i < Sq; ++i) {
+    const int64_t pos = i + offset;
+    double mx = -inf;
+    for (int64_t j = 0; j < Sk; ++j) {
+      const bool visible = (!m.causal || j <= pos) &&
+                           (m.window_left < 0 || j >= pos - m.window_left) &&
+                           (m.window_right < 0 || j <= pos + m.window_right);
+      double x = -inf;
+      if (visible) {
+        x = 0.0;
+        for (int64_t d = 0; d < D; ++d) x += q[i * D + d] * k[j * D + d];
+        x = x * scale - m.alibi_slope * static_cast<double>(std::llabs(pos - j));
+        if (m.mask) x += m.mask[i * Sk + j];
+      }
+      s[j] = x;
+      mx = std::max(mx, x);
+    }
+    if (mx == -inf) continue;  // nothing visible: zeros, lse -inf
+    double sum = 0.0;
+    for (int64_t j = 0; j < Sk; ++j) sum += s[j] == -inf ? 0.0 : std::exp(s[j] - mx);
+    (*lse)[i] = mx + std::log(sum);
+    for (int64_t j = 0; j < Sk; ++j) {
+      if (s[j] == -inf) continue;
+      const double p = std::exp(s[j] - mx) / sum;
+      for (int64_t d = 0; d < Dv; ++d) {
+        o->value[i * Dv + d] += p * v[j * Dv + d];
+        o->scale[i * Dv + d] += p * std::abs(v[j * Dv + d]);
+      }
+    }
+  }
+}
+
+}  // namespace tboost::kernels::ref
