@@ -102,65 +102,114 @@ HWY_INLINE VF Exp2(DF d, VF x) {
 }
 
 // ---- micro-kernels --------------------------------------------------------------------------
+// Neither product packs its operands: K and V are read in their own row layout (any row
+// stride), so a block costs no copy; only the tile's queries are packed (Qt), once per task.
 
-// C (kR x Br) = [C·alpha +] Ap · B: Ap is packed (K x kR, the kR values of step k adjacent),
-// B is K x Br (Br = kV·N queries). With A packed, every load is sequential: the kernel
-// streams Ap and B and keeps the kR x kV accumulators in registers.
-template <bool kAccumulate>
-HWY_NOINLINE void Micro(const float* HWY_RESTRICT Ap, const float* HWY_RESTRICT B, int64_t K,
-                        const float* HWY_RESTRICT alpha, float* HWY_RESTRICT C) {
+// St[r][q] = sum_k K[r·ldk + k] · Qt[k][q] for R keys (rows of K) and Br = kV·N queries.
+template <int R>
+HWY_NOINLINE void QkMicro(const float* HWY_RESTRICT K, int64_t ldk, const float* HWY_RESTRICT Qt,
+                          int64_t D, float* HWY_RESTRICT St) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t br = kV * N;
-  VF acc[kR][kV];
-  for (int v = 0; v < kV; ++v) {
-    const VF al = kAccumulate ? hn::Load(d, alpha + v * N) : hn::Zero(d);
-    for (int r = 0; r < kR; ++r)
-      acc[r][v] = kAccumulate ? hn::Mul(hn::Load(d, C + r * br + v * N), al) : hn::Zero(d);
-  }
-  for (int64_t k = 0; k < K; ++k) {
+  VF acc[R][kV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < kV; ++v) acc[r][v] = hn::Zero(d);
+  for (int64_t k = 0; k < D; ++k) {
     VF b[kV];
-    for (int v = 0; v < kV; ++v) b[v] = hn::Load(d, B + k * br + v * N);
-    const float* a = Ap + k * kR;
-    for (int r = 0; r < kR; ++r) {
-      const VF ar = hn::Set(d, a[r]);
-      for (int v = 0; v < kV; ++v) acc[r][v] = hn::MulAdd(ar, b[v], acc[r][v]);
+    for (int v = 0; v < kV; ++v) b[v] = hn::Load(d, Qt + k * br + v * N);
+    for (int r = 0; r < R; ++r) {
+      const VF a = hn::Set(d, K[r * ldk + k]);
+      for (int v = 0; v < kV; ++v) acc[r][v] = hn::MulAdd(a, b[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < kR; ++r)
-    for (int v = 0; v < kV; ++v) hn::Store(acc[r][v], d, C + r * br + v * N);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < kV; ++v) hn::Store(acc[r][v], d, St + r * br + v * N);
 }
 
-// Kp: rows [0, nk) of K (ld) packed by groups of kR rows: Kp[(g·D + d)·kR + r] = K[g·kR + r][d],
-// rows past nk zero.
-inline void PackK(const float* K, int64_t ld, int64_t nk, int64_t D, float* Kp) {
-  const int64_t groups = (nk + kR - 1) / kR;
-  for (int64_t g = 0; g < groups; ++g) {
-    float* out = Kp + g * D * kR;
-    for (int64_t r = 0; r < kR; ++r) {
-      const int64_t row = g * kR + r;
-      if (row < nk) {
-        const float* src = K + row * ld;
-        for (int64_t x = 0; x < D; ++x) out[x * kR + r] = src[x];
-      } else {
-        for (int64_t x = 0; x < D; ++x) out[x * kR + r] = 0.0f;
-      }
+using QkFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
+template <int... I>
+constexpr std::array<QkFn, sizeof...(I)> QkTable(std::integer_sequence<int, I...>) {
+  return {&QkMicro<I + 1>...};
+}
+
+// St (nk x Br) = K rows [0, nk) (ldk apart) · Qt (D x Br).
+inline void QkBlock(const float* K, int64_t ldk, int64_t nk, const float* Qt, int64_t D,
+                    float* St) {
+  static constexpr auto tails = QkTable(std::make_integer_sequence<int, kR>());
+  const int64_t br = Br();
+  int64_t r = 0;
+  for (; r + kR <= nk; r += kR) QkMicro<kR>(K + r * ldk, ldk, Qt, D, St + r * br);
+  if (r < nk) tails[static_cast<size_t>(nk - r - 1)](K + r * ldk, ldk, Qt, D, St + r * br);
+}
+
+// Queries x feature vectors of one PV micro-tile: kQ x kD accumulators (12 of AVX2's 16
+// registers, 24 of AVX-512's 32).
+// kQ divides Br = kV·N on every target (the portable SCALAR target has N = 1, Br = 2).
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kQ = 8;
+#elif HWY_TARGET == HWY_SCALAR
+constexpr int kQ = 2;
+#else
+constexpr int kQ = 4;
+#endif
+static_assert(kQ <= kV * static_cast<int>(hn::MaxLanes(DF())), "a PV micro-tile spans tiles");
+constexpr int kD = 3;
+
+// O[q][x] = O[q][x]·alpha[q] + sum_k Pt[k][q] · V[k·ldv + x] for kQ queries and W vectors of
+// features; the last vector holds `last` features (N for whole vectors), so no load or store
+// passes the end of a row.
+template <int W>
+HWY_NOINLINE void PvMicro(const float* HWY_RESTRICT Pt, const float* HWY_RESTRICT V, int64_t ldv,
+                          int64_t nk, const float* HWY_RESTRICT alpha, float* HWY_RESTRICT O,
+                          int64_t ldo, int64_t last) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t br = kV * N;
+  const bool whole = last == N;
+  VF acc[kQ][W];
+  for (int q = 0; q < kQ; ++q) {
+    const VF al = hn::Set(d, alpha[q]);
+    for (int w = 0; w < W; ++w) acc[q][w] = hn::Mul(hn::Load(d, O + q * ldo + w * N), al);
+  }
+  for (int64_t k = 0; k < nk; ++k) {
+    const float* vr = V + k * ldv;
+    VF b[W];
+    for (int w = 0; w < W; ++w)
+      b[w] = (w + 1 < W || whole) ? hn::LoadU(d, vr + w * N) : LoadTailF(d, vr + w * N, last);
+    const float* p = Pt + k * br;
+    for (int q = 0; q < kQ; ++q) {
+      const VF a = hn::Set(d, p[q]);
+      for (int w = 0; w < W; ++w) acc[q][w] = hn::MulAdd(a, b[w], acc[q][w]);
     }
   }
+  for (int q = 0; q < kQ; ++q)
+    for (int w = 0; w < W; ++w) hn::Store(acc[q][w], d, O + q * ldo + w * N);
 }
 
-// Vp: features of rows [0, nk) of V (ld) by groups of kR features:
-// Vp[(g·stride + j)·kR + r] = V[j][g·kR + r], features past Dv zero.
-inline void PackV(const float* V, int64_t ld, int64_t nk, int64_t Dv, int64_t stride, float* Vp) {
-  const int64_t groups = (Dv + kR - 1) / kR;
-  for (int64_t j = 0; j < nk; ++j) {
-    const float* src = V + j * ld;
-    for (int64_t g = 0; g < groups; ++g) {
-      float* out = Vp + (g * stride + j) * kR;
-      const int64_t n = std::min<int64_t>(kR, Dv - g * kR);
-      std::memcpy(out, src + g * kR, static_cast<size_t>(n) * sizeof(float));
-      for (int64_t r = n; r < kR; ++r) out[r] = 0.0f;
+// O (Br x ldo, ldo = Dv rounded up to N) = O·alpha + Ptᵀ (Br x nk) · V rows [0, nk).
+inline void PvBlock(const float* Pt, const float* V, int64_t ldv, int64_t nk, int64_t Dv,
+                    const float* alpha, float* O, int64_t ldo) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t br = Br();
+  // Feature slices outer, query groups inner: a slice of the V block (nk x kD·N) stays in L1
+  // while every query group reads it.
+  int64_t x = 0;
+  for (; x + kD * N <= Dv && Dv - x != 4 * N; x += kD * N)
+    for (int64_t q = 0; q < br; q += kQ)
+      PvMicro<kD>(Pt + q, V + x, ldv, nk, alpha + q, O + q * ldo + x, ldo, N);
+  // The remaining vectors in groups of 2 and 3 (a 1-vector group would leave the FMA units
+  // waiting on loads): 16 vectors (D = 128 on AVX2) run as 3+3+3+3+2+2.
+  while (x < Dv) {
+    const int64_t vecs = (Dv - x + N - 1) / N;
+    const int64_t w = vecs == 4 ? 2 : std::min<int64_t>(vecs, 3);
+    const int64_t last = std::min(N, Dv - x - (w - 1) * N);
+    for (int64_t q = 0; q < br; q += kQ) {
+      if (w == 1) PvMicro<1>(Pt + q, V + x, ldv, nk, alpha + q, O + q * ldo + x, ldo, last);
+      if (w == 2) PvMicro<2>(Pt + q, V + x, ldv, nk, alpha + q, O + q * ldo + x, ldo, last);
+      if (w == 3) PvMicro<3>(Pt + q, V + x, ldv, nk, alpha + q, O + q * ldo + x, ldo, last);
     }
+    x += w * N;
   }
 }
 
@@ -189,6 +238,16 @@ struct KvRows {
     }
   }
 };
+
+// Asks for rows [j0, j1) to be brought into L2 while the current block computes: the packing
+// reads each row once, so without this every K and V row's first touch stalls the core.
+inline void PrefetchRows(const KvRows& kv, int64_t j0, int64_t j1) {
+  const int64_t bytes = kv.cols * static_cast<int64_t>(dtype_size(kv.dtype));
+  kv.spans(j0, j1, [&](const char* row, int64_t n, int64_t) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + t * kv.row_bytes + b, 0, 2);
+  });
+}
 
 // Rows [j0, j0+n) as f32 with a uniform leading dimension: a pointer into the tensor itself
 // when the rows are f32 and evenly spaced, else converted into `scratch` (n x cols).
@@ -258,17 +317,15 @@ struct Masker {
 // ---- prefill ------------------------------------------------------------------------------
 
 // Queries per task: kT micro-tiles of Br share each packed K and V block.
-constexpr int64_t kT = 4;
+constexpr int64_t kT = 8;
 
 struct FlashScratch {
   float* qt;     // kT x D x Br
   float* st;     // Bcp x Br
-  float* ot;     // kT x Dvp x Br
+  float* ot;     // kT x Br x Dvp (row-major: query rows of Dvp = Dv rounded up to N)
   float* m;      // kT x Br
   float* l;      // kT x Br
   float* alpha;  // Br
-  float* kp;     // Bcp x D
-  float* vp;     // Dvp x Bcp
   float* kbuf;   // Bc x D (rows converted to f32 when needed)
   float* vbuf;   // Bc x Dv
   float* row;    // max(D, Dv)
@@ -277,7 +334,8 @@ struct FlashScratch {
 struct FlashDims {
   int64_t D, Dv, Bc, Bcp, Dvp;
   FlashDims(int64_t d, int64_t dv, int64_t bc)
-      : D(d), Dv(dv), Bc(bc), Bcp(RoundUp(bc, kR)), Dvp(RoundUp(dv, kR)) {}
+      : D(d), Dv(dv), Bc(bc), Bcp(RoundUp(bc, kR)),
+        Dvp(RoundUp(dv, static_cast<int64_t>(hn::Lanes(DF())))) {}
 };
 
 template <class Fn>
@@ -290,8 +348,6 @@ inline void FlashLayout(const FlashDims& f, const Fn& take) {
   take(&FlashScratch::m, z(kT) * br * fl);
   take(&FlashScratch::l, z(kT) * br * fl);
   take(&FlashScratch::alpha, br * fl);
-  take(&FlashScratch::kp, z(f.Bcp * f.D) * fl);
-  take(&FlashScratch::vp, z(f.Dvp * f.Bcp) * fl);
   take(&FlashScratch::kbuf, z(f.Bc * f.D) * fl);
   take(&FlashScratch::vbuf, z(f.Bc * f.Dv) * fl);
   take(&FlashScratch::row, z(std::max(f.D, f.Dv)) * fl);
@@ -406,19 +462,19 @@ void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, const FlashDims
   }
   const int64_t jlo = lo[0], jhi = hi[tiles - 1] + 1;
   const bool extra = mk.slope2 != 0.0f || mk.mask != nullptr;
+  PrefetchRows(pb.k, jlo, std::min(jhi, jlo + f.Bc));
+  PrefetchRows(pb.v, jlo, std::min(jhi, jlo + f.Bc));
   for (int64_t jb = jlo; jb < jhi; jb += f.Bc) {
     const int64_t nk = std::min(f.Bc, jhi - jb);
+    PrefetchRows(pb.k, jb + nk, std::min(jhi, jb + nk + f.Bc));
+    PrefetchRows(pb.v, jb + nk, std::min(jhi, jb + nk + f.Bc));
     int64_t ldk = 0, ldv = 0;
     const float* K = RowsF32(pb.k, jb, nk, s.kbuf, &ldk);
-    PackK(K, ldk, nk, D, s.kp);
     const float* V = RowsF32(pb.v, jb, nk, s.vbuf, &ldv);
-    PackV(V, ldv, nk, Dv, f.Bcp, s.vp);
     for (int64_t t = 0; t < tiles; ++t) {
       if (jb > hi[t] || jb + nk - 1 < lo[t]) continue;
       const int64_t nkt = std::min(nk, hi[t] + 1 - jb);
-      const float* qt = s.qt + t * D * br;
-      for (int64_t g = 0; g * kR < nkt; ++g)
-        Micro<false>(s.kp + g * D * kR, qt, D, nullptr, s.st + g * kR * br);
+      QkBlock(K, ldk, nkt, s.qt + t * D * br, D, s.st);
       const bool inside = jb >= full_lo[t] && jb + nkt - 1 <= full_hi[t];
       if (!inside || extra) {
         Masker m2 = mk;
@@ -426,19 +482,17 @@ void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, const FlashDims
         MaskTile(m2, c0 + t * br, nqt[t], jb, nkt, s.st);
       }
       SoftmaxStep(nkt, s.st, s.m + t * br, s.l + t * br, s.alpha);
-      float* ot = s.ot + t * f.Dvp * br;
-      for (int64_t g = 0; g * kR < Dv; ++g)
-        Micro<true>(s.vp + g * f.Bcp * kR, s.st, nkt, s.alpha, ot + g * kR * br);
+      PvBlock(s.st, V, ldv, nkt, Dv, s.alpha, s.ot + t * br * f.Dvp, f.Dvp);
     }
   }
-  // Normalize, transpose out, lse.
+  // Normalize, write out, lse.
   for (int64_t t = 0; t < tiles; ++t) {
-    const float* ot = s.ot + t * f.Dvp * br;
     for (int64_t i = 0; i < nqt[t]; ++i) {
       const int64_t q = c0 + t * br + i;
       const float l = s.l[t * br + i];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      for (int64_t x = 0; x < Dv; ++x) s.row[x] = ot[x * br + i] * inv;
+      const float* orow = s.ot + (t * br + i) * f.Dvp;
+      for (int64_t x = 0; x < Dv; ++x) s.row[x] = orow[x] * inv;
       convert(pb.o + q * pb.o_row, dtype, s.row, DType::kF32, Dv);
       pb.lse[q * pb.lse_row] = l > 0.0f ? (s.m[t * br + i] + std::log2(l)) * kLn2 : kNegInf;
     }
@@ -455,6 +509,17 @@ struct DecodeScratch {
   float* s;   // G x kDecodeSub
   float* row;
 };
+
+// Decode is bound by DRAM: the row ~kPrefetchBytes ahead of the one being read is requested
+// while it is processed (the hardware prefetchers stop at every 4 KiB page, which left the
+// cores waiting on each new row). Prefetching past a span's end is harmless (no fault).
+constexpr int64_t kPrefetchBytes = 8 << 10;
+HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
+  return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
+}
+HWY_INLINE void PrefetchRow(const char* row, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
+}
 
 // Keys dotted at once for G query rows: G·KK accumulators (at most 8, so they, the KK key
 // vectors and one query vector fit AVX2's 16 registers) and independent FMA chains.
@@ -493,9 +558,13 @@ template <class TK, int G>
 HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t D, int64_t Dp,
                           const float* qs, float* out, int64_t ostride) {
   constexpr int KK = KeysAtOnce(G);
+  const int64_t bytes = D * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
   int64_t t = 0;
-  for (; t + KK <= n; t += KK)
+  for (; t + KK <= n; t += KK) {
+    for (int kk = 0; kk < KK; ++kk)
+      PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
     DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
+  }
   for (; t < n; ++t) DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
 }
 
@@ -507,8 +576,11 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
                            float* HWY_RESTRICT os, int64_t ostride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
   for (int64_t t = 0; t < n; t += 4) {
     const int64_t kk_n = std::min<int64_t>(4, n - t);
+    for (int64_t kk = 0; kk < kk_n; ++kk)
+      PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
     const TK* v[4];
     for (int64_t kk = 0; kk < kk_n; ++kk)
       v[kk] = reinterpret_cast<const TK*>(row + (t + kk) * row_bytes);
@@ -865,13 +937,14 @@ void DecodeForward(const AttentionArgs& a, char* ws) {
   });
 }
 
-// Keys per block from the cache sizes: St (Bc x Br) beside Qt and Ot ((D + Dv) x Br) in L1,
-// and one K and V block (Bc x (D + Dv) f32) in half of L2; a multiple of kR.
+// Keys per block from the cache sizes: St (Bc x Br f32) within a quarter of L1, beside the
+// tile's Qt and output rows, and one K and V block (Bc x (D + Dv) f32) within a quarter of L2,
+// so the block stays cached while all the tiles of a task read it; a multiple of kR.
 int64_t AttentionKvBlock(int64_t head_dim, int64_t v_head_dim) {
   const CpuFeatures& f = cpu_features();
   const int64_t br = Br(), fl = sizeof(float);
-  const int64_t by_l1 = (f.l1d_bytes - (head_dim + v_head_dim) * br * fl) / (br * fl);
-  const int64_t by_l2 = f.l2_bytes / 2 / ((head_dim + v_head_dim) * fl);
+  const int64_t by_l1 = f.l1d_bytes / 4 / (br * fl);
+  const int64_t by_l2 = f.l2_bytes / 4 / ((head_dim + v_head_dim) * fl);
   return std::clamp<int64_t>(std::min(by_l1, by_l2), 4 * kR, 512) / kR * kR;
 }
 
