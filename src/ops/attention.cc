@@ -208,6 +208,7 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
     a.v_head_dim = v.dim(-1);
     a.batch = param_.varlen ? pack.inputs[static_cast<size_t>(idx_cu())].numel() - 1 : q.dim(0);
     a.sq = q.dim(sa);  // varlen: total tokens, an upper bound of every sequence's length
+    a.sq_is_bound = param_.varlen;
     a.sk = k.dim(sa);
     a.scale = default_scale(param_.scale, a.head_dim);
     a.causal = param_.causal;
@@ -229,6 +230,7 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
     kernel_ = get_kernel<decltype(kernels::attention_forward)>(name(), ctx.device(),
                                                                pack.inputs[0].dtype(), &impl_);
     kv_block_ = kernels::attention_kv_block(pack.inputs[0].dim(-1), pack.inputs[2].dim(-1));
+    impl_ += ", key block " + to_string(kv_block_);
     threads_ = ctx.num_threads();
     return kernels::attention_workspace(args_of(pack, threads_));
   }
@@ -391,6 +393,7 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
     kernel_ = get_kernel<decltype(kernels::attention_forward)>(name(), ctx.device(),
                                                                pack.inputs[0].dtype(), &impl_);
     kv_block_ = kernels::attention_kv_block(pack.inputs[0].dim(-1), pack.inputs[2].dim(-1));
+    impl_ += ", key block " + to_string(kv_block_);
     threads_ = ctx.num_threads();
     return kernels::attention_workspace(args_of(pack, threads_));
   }

@@ -578,43 +578,60 @@ HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t
   for (; t < n; ++t) DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
 }
 
-// os[g·ostride + :] += sum over n consecutive value rows j of p[g·pstride + j] · vrow_j, for
-// G rows: two vectors of the output stay in registers across up to four rows.
-template <class TK>
-HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv, int64_t G,
-                           const float* HWY_RESTRICT p, int64_t pstride,
-                           float* HWY_RESTRICT os, int64_t ostride) {
+// os[g·ostride + :] += sum over KK consecutive value rows j of p[g·pstride + j] · vrow_j for
+// G rows: the KK rows' vectors are loaded once and shared by every query row, and two
+// vectors of each output row stay in registers across the KK rows.
+template <class TK, int KK>
+HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t Dv, int64_t G,
+                         const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
+                         int64_t ostride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
-  for (int64_t t = 0; t < n; t += 4) {
-    const int64_t kk_n = std::min<int64_t>(4, n - t);
-    for (int64_t kk = 0; kk < kk_n; ++kk)
-      PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
-    const TK* v[4];
-    for (int64_t kk = 0; kk < kk_n; ++kk)
-      v[kk] = reinterpret_cast<const TK*>(row + (t + kk) * row_bytes);
-    for (int64_t x = 0; x < Dv; x += 2 * N) {
-      const int64_t w0 = std::min(N, Dv - x), w1 = std::min(N, Dv - x - N);
-      VF a0[4], a1[4];
-      for (int64_t kk = 0; kk < kk_n; ++kk) {
-        a0[kk] = LoadN(d, v[kk] + x, w0);
-        a1[kk] = w1 > 0 ? LoadN(d, v[kk] + x + N, w1) : hn::Zero(d);
+  const TK* v[KK];
+  for (int kk = 0; kk < KK; ++kk) v[kk] = reinterpret_cast<const TK*>(row + kk * row_bytes);
+  int64_t x = 0;
+  for (; x + 2 * N <= Dv; x += 2 * N) {
+    VF a0[KK], a1[KK];
+    for (int kk = 0; kk < KK; ++kk) {
+      a0[kk] = LoadF(d, v[kk] + x);
+      a1[kk] = LoadF(d, v[kk] + x + N);
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      float* o = os + g * ostride + x;
+      VF o0 = hn::LoadU(d, o), o1 = hn::LoadU(d, o + N);
+      for (int kk = 0; kk < KK; ++kk) {
+        const VF pg = hn::Set(d, p[g * pstride + kk]);
+        o0 = hn::MulAdd(pg, a0[kk], o0);
+        o1 = hn::MulAdd(pg, a1[kk], o1);
       }
-      for (int64_t g = 0; g < G; ++g) {
-        float* o = os + g * ostride + x;  // rows hold RoundUp(Dv, N) floats
-        VF o0 = hn::LoadU(d, o);
-        VF o1 = w1 > 0 ? hn::LoadU(d, o + N) : hn::Zero(d);
-        for (int64_t kk = 0; kk < kk_n; ++kk) {
-          const VF pg = hn::Set(d, p[g * pstride + t + kk]);
-          o0 = hn::MulAdd(pg, a0[kk], o0);
-          o1 = hn::MulAdd(pg, a1[kk], o1);
-        }
-        hn::StoreU(o0, d, o);
-        if (w1 > 0) hn::StoreU(o1, d, o + N);
-      }
+      hn::StoreU(o0, d, o);
+      hn::StoreU(o1, d, o + N);
     }
   }
+  for (; x < Dv; x += N) {  // at most two vectors; the last may be partial (rows hold
+    const int64_t w = std::min(N, Dv - x);  // RoundUp(Dv, N) floats)
+    VF a[KK];
+    for (int kk = 0; kk < KK; ++kk) a[kk] = LoadN(d, v[kk] + x, w);
+    for (int64_t g = 0; g < G; ++g) {
+      float* o = os + g * ostride + x;
+      VF o0 = hn::LoadU(d, o);
+      for (int kk = 0; kk < KK; ++kk) o0 = hn::MulAdd(hn::Set(d, p[g * pstride + kk]), a[kk], o0);
+      hn::StoreU(o0, d, o);
+    }
+  }
+}
+
+template <class TK>
+HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv, int64_t G,
+                           const float* p, int64_t pstride, float* os, int64_t ostride) {
+  const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (int64_t kk = 0; kk < 4; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
+    AxpyKeys<TK, 4>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
+  }
+  for (; t < n; ++t)
+    AxpyKeys<TK, 1>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
 }
 
 template <class TK>
@@ -786,7 +803,10 @@ inline size_t PerThreadBytes(const AttentionArgs& a) {
 }
 
 size_t AttentionWorkspace(const AttentionArgs& a) {
-  return static_cast<size_t>(std::max(1, a.threads)) * PerThreadBytes(a) + PartialBytes(a);
+  // Decode partials only where the decode path may run: they grow with the context length.
+  const bool decode = UseDecode(a) || a.sq_is_bound;
+  return static_cast<size_t>(std::max(1, a.threads)) * PerThreadBytes(a) +
+         (decode ? PartialBytes(a) : 0);
 }
 
 // Runs fn(task, thread_scratch) for tasks [0, n) on up to `threads` threads, each task on one

@@ -160,6 +160,9 @@ struct AttentionArgs {
   DType kv_dtype = DType::kF32;  // k and v
   int64_t batch = 1, heads = 1, kv_heads = 1, head_dim = 0, v_head_dim = 0;
   int64_t sq = 0, sk = 0;  // per sequence; the maxima when cu_q/cu_k/context_lens vary them
+  // Setup of a varlen op knows only an upper bound of sq: the workspace must then also cover
+  // the decode path, which execute may take when every sequence turns out short.
+  bool sq_is_bound = false;
   // Varlen: sequence b owns tokens [cu[b], cu[b+1]) (q_sb/k_sb/v_sb/o_sb/lse_sb unused).
   const int32_t* cu_q = nullptr;
   const int32_t* cu_k = nullptr;
