@@ -11,9 +11,10 @@
 namespace tboost::testing {
 
 namespace {
-// TBOOST_TEST_HWY_TARGET=emu128 makes every Highway kernel dispatch to the portable 128-bit
+// TBOOST_TEST_HWY_TARGET=emu128 makes every Highway kernel dispatch to the portable fallback
 // target instead of the machine's best, so CI also runs the op suite at another vector width
-// (4 lanes instead of 8: other tails, other remainders) on the same machine.
+// on the same machine. EMU128 is not among our compiled targets, so the dispatcher falls back
+// to Highway's SCALAR target: one lane (other tails, other remainders, other tile shapes).
 struct ForcedTarget {
   ForcedTarget() {
     const char* t = std::getenv("TBOOST_TEST_HWY_TARGET");
