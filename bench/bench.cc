@@ -86,9 +86,9 @@ std::string results_table(const std::vector<Result>& rows) {
   std::string s;
   char line[512];
   std::snprintf(line, sizeof line,
-                "| %-44s | %-5s | %3s | %10s | %8s | %8s | %6s | %-8s | %7s | %6s | %9s |\n", "case",
-                "dtype", "thr", "time", "GB/s", "GFLOP/s", "floor", "baseline", "speedup", "bytes",
-                "work mem");
+                "| %-44s | %-5s | %3s | %10s | %8s | %8s | %6s | %-8s | %7s | %6s | %9s |\n",
+                "case", "dtype", "thr", "time", "GB/s", "GFLOP/s", "floor", "baseline", "speedup",
+                "bytes", "work mem");
   s += line;
   s += "|" + std::string(46, '-') + "|" + std::string(7, '-') + "|" + std::string(5, '-') + "|" +
        std::string(12, '-') + "|" + std::string(10, '-') + "|" + std::string(10, '-') + "|" +

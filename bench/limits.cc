@@ -110,7 +110,8 @@ Limits measure_limits(int threads, bool quick) {
         {
           const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
           HWY_DYNAMIC_DISPATCH(ReadSum)
-          (in, n * t / nt / 64 * 64, n * (t + 1) / nt / 64 * 64, &sums[static_cast<size_t>(t) * 16]);
+          (in, n * t / nt / 64 * 64, n * (t + 1) / nt / 64 * 64,
+           &sums[static_cast<size_t>(t) * 16]);
         }
       },
       0.8, 30);

@@ -95,8 +95,7 @@ Result attention_row(Runner& R, const std::string& name, DType dt, const Timing&
   r.bytes = bytes;
   r.gflops = flops / t.median / 1e9;
   const double peak = dt == DType::kBF16 ? R.lim.bf16_gflops : R.lim.fma_gflops;
-  r.floor_fraction =
-      std::max(flops / (peak * 1e9), bytes / (R.lim.copy_gbps * 1e9)) / t.median;
+  r.floor_fraction = std::max(flops / (peak * 1e9), bytes / (R.lim.copy_gbps * 1e9)) / t.median;
   r.working_bytes = work;
   return r;
 }
@@ -146,8 +145,8 @@ void prefill_cases(Runner& R) {
         Tensor o2 = Tensor::empty(DType::kF32, {sh.H, T, sh.D});
         UnfusedAttention un(q3, k3, v3, o2, R.ctx.num_threads());
         const double budget = T >= 8192 ? 0.1 : 2.0 * R.budget();
-        const auto [f, u] = time_pair([&] { (*f32.call)(R.ctx); }, [&] { un(); }, budget,
-                                      T >= 8192 ? 2 : 20);
+        const auto [f, u] =
+            time_pair([&] { (*f32.call)(R.ctx); }, [&] { un(); }, budget, T >= 8192 ? 2 : 20);
         Result r = attention_row(R, n32, DType::kF32, f, flops, bytes32, work);
         r.baseline = "unfused";
         r.speedup_vs_baseline = u.median / f.median;
@@ -191,9 +190,8 @@ void decode_cases(Runner& R) {
   for (DType cdt : {DType::kF32, DType::kBF16}) {
     for (const Shp& sh : shapes) {
       for (int64_t L : lengths) {
-        const std::string name =
-            std::string("decode_attention_") + dtype_name(cdt) + "cache" +
-            shape_tag({{"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D}, {"ctx", L}});
+        const std::string name = std::string("decode_attention_") + dtype_name(cdt) + "cache" +
+                                 shape_tag({{"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D}, {"ctx", L}});
         if (!R.want(name)) continue;
         const double es = static_cast<double>(dtype_size(cdt));
         const double kv_bytes = 2.0 * static_cast<double>(L * sh.Hkv * sh.D) * es;

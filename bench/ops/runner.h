@@ -33,7 +33,8 @@ struct Runner {
 };
 
 // Fills a tensor with values in [lo, hi) from a cheap LCG (never all zeros).
-inline Tensor filled(DType dt, const Shape& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+inline Tensor filled(DType dt, const Shape& shape, uint32_t seed, float lo = -1.0f,
+                     float hi = 1.0f) {
   Tensor t = Tensor::empty(dt, shape);
   const int64_t n = t.numel();
   std::vector<float> tmp(static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(n, 1 << 20))));

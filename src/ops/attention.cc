@@ -40,15 +40,15 @@ float default_scale(float scale, int64_t d) {
 }
 
 void check_scale(const Checker& chk, float scale) {
-  chk.param(std::isfinite(scale), "scale must be finite (0 means 1/sqrt(head_dim)), got " +
-                                      to_string(scale));
+  chk.param(std::isfinite(scale),
+            "scale must be finite (0 means 1/sqrt(head_dim)), got " + to_string(scale));
 }
 
 void check_heads(const Checker& chk, int64_t hq, int64_t hkv) {
   if (hkv < 1 || hq % hkv != 0)
     chk.fail(ErrorCode::kShapeMismatch, "q heads (" + to_string(hq) +
-                                            ") must be a multiple of kv heads (" +
-                                            to_string(hkv) + "): kv heads must divide heads");
+                                            ") must be a multiple of kv heads (" + to_string(hkv) +
+                                            "): kv heads must divide heads");
 }
 
 void check_len(const Checker& chk, const char* what, int64_t n) {
@@ -93,8 +93,8 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
     check_scale(chk, param_.scale);
     chk.param(param_.window_left >= -1,
               "window_left must be >= 0 or -1 (unbounded), got " + to_string(param_.window_left));
-    chk.param(param_.window_right >= -1, "window_right must be >= 0 or -1 (unbounded), got " +
-                                             to_string(param_.window_right));
+    chk.param(param_.window_right >= -1,
+              "window_right must be >= 0 or -1 (unbounded), got " + to_string(param_.window_right));
     chk.param(!(param_.varlen && param_.custom_mask),
               "custom_mask is not supported with varlen (packed sequences have no common "
               "(Sq, Sk) mask); use causal/window masks or a padded batch");
@@ -126,8 +126,8 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
     if (!param_.varlen) chk.dim_eq(1, "k", k, 0, q.dim(0), "batch (q's)");
     if (!param_.varlen) chk.dim_eq(2, "v", v, 0, q.dim(0), "batch (q's)");
     if (q.dim(-1) < 1 || v.dim(-1) < 1)
-      chk.fail(ErrorCode::kShapeMismatch, "head dims must be >= 1, got q " + q.shape_string() +
-                                              ", v " + v.shape_string());
+      chk.fail(ErrorCode::kShapeMismatch,
+               "head dims must be >= 1, got q " + q.shape_string() + ", v " + v.shape_string());
     check_len(chk, "q length", q.dim(sa));
     check_len(chk, "k length", k.dim(sa));
     const int64_t hq = q.dim(ha), dv = v.dim(-1);
@@ -144,8 +144,8 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
                        in[static_cast<size_t>(i)].shape_string());
       }
       batch = in[static_cast<size_t>(idx_cu())].numel() - 1;
-      chk.dim_eq(idx_cu() + 1, "cu_seqlens_k", in[static_cast<size_t>(idx_cu() + 1)], 0,
-                 batch + 1, "entries (cu_seqlens_q's)");
+      chk.dim_eq(idx_cu() + 1, "cu_seqlens_k", in[static_cast<size_t>(idx_cu() + 1)], 0, batch + 1,
+                 "entries (cu_seqlens_q's)");
     }
     if (param_.alibi) {
       const TensorDesc& s = in[static_cast<size_t>(idx_alibi())];
@@ -249,9 +249,9 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
         std::vector<int32_t> cu = read_i32(pack.inputs[static_cast<size_t>(idx_cu() + w)]);
         const std::string role = input_role(static_cast<size_t>(idx_cu() + w));
         if (cu[0] != 0)
-          chk.fail(ErrorCode::kInvalidArgument,
-                   "input " + to_string(idx_cu() + w) + " (" + role + ") must start at 0, got " +
-                       to_string(cu[0]) + " (cu_seqlens)");
+          chk.fail(ErrorCode::kInvalidArgument, "input " + to_string(idx_cu() + w) + " (" + role +
+                                                    ") must start at 0, got " + to_string(cu[0]) +
+                                                    " (cu_seqlens)");
         for (size_t b = 1; b < cu.size(); ++b) {
           if (cu[b] < cu[b - 1])
             chk.fail(ErrorCode::kInvalidArgument,
@@ -262,10 +262,10 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
           longest[w] = std::max<int64_t>(longest[w], cu[b] - cu[b - 1]);
         }
         if (cu.back() != totals[w])
-          chk.fail(ErrorCode::kShapeMismatch,
-                   "input " + to_string(idx_cu() + w) + " (" + role + ") last entry " +
-                       to_string(cu.back()) + " must equal the packed token count " +
-                       to_string(totals[w]) + " (cu_seqlens)");
+          chk.fail(ErrorCode::kShapeMismatch, "input " + to_string(idx_cu() + w) + " (" + role +
+                                                  ") last entry " + to_string(cu.back()) +
+                                                  " must equal the packed token count " +
+                                                  to_string(totals[w]) + " (cu_seqlens)");
         (w == 0 ? cu_q : cu_k) = std::move(cu);
       }
       a.cu_q = cu_q.data();
@@ -426,10 +426,10 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
       for (int64_t i = 0; i < (n + bs - 1) / bs; ++i) {
         const int32_t e = table[static_cast<size_t>(static_cast<int64_t>(b) * mb + i)];
         if (e < 0 || e >= nblocks)
-          chk.fail(ErrorCode::kInvalidArgument,
-                   "input 4 (block_tables) entry [" + to_string(b) + "][" + to_string(i) +
-                       "] = " + to_string(e) + " is out of range [0, " + to_string(nblocks) +
-                       ") of the cache's blocks");
+          chk.fail(ErrorCode::kInvalidArgument, "input 4 (block_tables) entry [" + to_string(b) +
+                                                    "][" + to_string(i) + "] = " + to_string(e) +
+                                                    " is out of range [0, " + to_string(nblocks) +
+                                                    ") of the cache's blocks");
       }
     }
     a.context_lens = lens.data();
@@ -532,26 +532,25 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
     const int64_t kes = static_cast<int64_t>(dtype_size(k.dtype()));
     const int64_t ces = static_cast<int64_t>(dtype_size(kc.dtype()));
     // Rows are small (one head of one token); threads only pay off for long prompts.
-    parallel_for(ctx.num_threads(), T * H, 4096 / std::max<int64_t>(1, k.dim(2)),
-                 ctx.flush_denormals(), [&](int64_t r0, int64_t r1) {
-                   for (int64_t r = r0; r < r1; ++r) {
-                     const int64_t t = r / H, h = r % H, s = slot[static_cast<size_t>(t)];
-                     if (s < 0) continue;
-                     const int64_t blk = s / bs, off = s % bs;
-                     convert(static_cast<char*>(kc.data()) +
-                                 (blk * kc.stride(0) + h * kc.stride(1) + off * kc.stride(2)) * ces,
-                             kc.dtype(),
-                             static_cast<const char*>(k.data()) +
-                                 (t * k.stride(0) + h * k.stride(1)) * kes,
-                             k.dtype(), k.dim(2));
-                     convert(static_cast<char*>(vc.data()) +
-                                 (blk * vc.stride(0) + h * vc.stride(1) + off * vc.stride(2)) * ces,
-                             vc.dtype(),
-                             static_cast<const char*>(v.data()) +
-                                 (t * v.stride(0) + h * v.stride(1)) * kes,
-                             v.dtype(), v.dim(2));
-                   }
-                 });
+    parallel_for(
+        ctx.num_threads(), T * H, 4096 / std::max<int64_t>(1, k.dim(2)), ctx.flush_denormals(),
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t t = r / H, h = r % H, s = slot[static_cast<size_t>(t)];
+            if (s < 0) continue;
+            const int64_t blk = s / bs, off = s % bs;
+            convert(static_cast<char*>(kc.data()) +
+                        (blk * kc.stride(0) + h * kc.stride(1) + off * kc.stride(2)) * ces,
+                    kc.dtype(),
+                    static_cast<const char*>(k.data()) + (t * k.stride(0) + h * k.stride(1)) * kes,
+                    k.dtype(), k.dim(2));
+            convert(static_cast<char*>(vc.data()) +
+                        (blk * vc.stride(0) + h * vc.stride(1) + off * vc.stride(2)) * ces,
+                    vc.dtype(),
+                    static_cast<const char*>(v.data()) + (t * v.stride(0) + h * v.stride(1)) * kes,
+                    v.dtype(), v.dim(2));
+          }
+        });
   }
 };
 

@@ -16,18 +16,19 @@ Overload(F...) -> Overload<F...>;
 
 std::unique_ptr<Operation> create_operation(const AnyParam& param) {
   using namespace ops_internal;
-  return std::visit(Overload{[](const ops::LinearParam& p) { return make_linear(p); },
-                             [](const ops::RmsNormParam& p) { return make_rms_norm(p); },
-                             [](const ops::LayerNormParam& p) { return make_layer_norm(p); },
-                             [](const ops::RopeParam& p) { return make_rope(p); },
-                             [](const ops::ActivationParam& p) { return make_activation(p); },
-                             [](const ops::SoftmaxParam& p) { return make_softmax(p); },
-                             [](const ops::ElementwiseParam& p) { return make_elementwise(p); },
-                             [](const ops::EmbeddingParam& p) { return make_embedding(p); },
-                             [](const ops::AttentionParam& p) { return make_self_attention(p); },
-                             [](const ops::PagedAttentionParam& p) { return make_paged_attention(p); },
-                             [](const ops::ReshapeAndCacheParam& p) { return make_reshape_and_cache(p); }},
-                    param);
+  return std::visit(
+      Overload{[](const ops::LinearParam& p) { return make_linear(p); },
+               [](const ops::RmsNormParam& p) { return make_rms_norm(p); },
+               [](const ops::LayerNormParam& p) { return make_layer_norm(p); },
+               [](const ops::RopeParam& p) { return make_rope(p); },
+               [](const ops::ActivationParam& p) { return make_activation(p); },
+               [](const ops::SoftmaxParam& p) { return make_softmax(p); },
+               [](const ops::ElementwiseParam& p) { return make_elementwise(p); },
+               [](const ops::EmbeddingParam& p) { return make_embedding(p); },
+               [](const ops::AttentionParam& p) { return make_self_attention(p); },
+               [](const ops::PagedAttentionParam& p) { return make_paged_attention(p); },
+               [](const ops::ReshapeAndCacheParam& p) { return make_reshape_and_cache(p); }},
+      param);
 }
 
 void run_operation(Operation& op, const VariantPack& pack, Context& ctx) {

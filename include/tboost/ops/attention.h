@@ -3,8 +3,8 @@
 //
 // Numerics (all three): f32, bf16 or f16 storage, f32 accumulation and f32 softmax statistics.
 // k and v (and the caches) share a dtype, which may differ from q's (a bf16 KV cache under
-// f32 activations, say); o has q's dtype. The T x T score matrix never exists: scores live in per-thread
-// tiles (see src/kernels/cpu/attention.cc), so working memory is O(threads * tile * D).
+// f32 activations, say); o has q's dtype. The T x T score matrix never exists: scores live in
+// per-thread tiles (see src/kernels/cpu/attention.cc), so working memory is O(threads * tile * D).
 //
 // ---- SelfAttention ------------------------------------------------------------------------
 // Inputs, in this order (the optional ones only when their param is set):

@@ -1,0 +1,259 @@
+// Shared per-target pieces of the attention kernels (attention.cc: prefill and the entry
+// points; attention_decode.cc: split-KV decode): tile constants, exp2, K/V row addressing,
+// masks, the per-sequence view of the arguments and the task runner.
+// Included once per Highway target (the usual -inl.h toggle).
+#if defined(TBOOST_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef TBOOST_KERNELS_ATTENTION_INL_H_
+#undef TBOOST_KERNELS_ATTENTION_INL_H_
+#else
+#define TBOOST_KERNELS_ATTENTION_INL_H_
+#endif
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "src/core/parallel.h"
+#include "src/kernels/cpu/hwy_util-inl.h"
+#include "src/kernels/cpu/kernels.h"
+#include "tboost/core/cpu_features.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tboost::kernels::HWY_NAMESPACE {
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Register blocking: kR rows (keys in K·Qt, features in Vᵀ·Pt) x kV vectors of queries.
+// AVX2 has 16 vector registers: 6 x 2 accumulators + 2 loads + 1 broadcast. AVX-512 has 32.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kR = 8;
+#else
+constexpr int kR = 6;
+#endif
+constexpr int kV = 2;
+constexpr int64_t kMaxDecodeRows = 8;  // query rows per kv head handled by the decode path
+constexpr int64_t kDecodeSub = 128;    // keys scored at once in a decode task
+// Keys per decode chunk: fixed, so the split (and the rounding of the merge) depends on the
+// context length only, never on the thread count.
+constexpr int64_t kDecodeChunk = 512;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline int64_t Br() { return kV * static_cast<int64_t>(hn::Lanes(DF())); }
+inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+inline size_t Align64(size_t n) { return (n + 63) & ~size_t{63}; }
+
+// 2^x for x <= 0 (scores minus their running max); exactly 0 below -126, so -inf (a masked
+// score) contributes nothing. Degree-6 polynomial of e^r, r = f·ln2, |f| <= 1/2: relative
+// error ~1.2e-7.
+HWY_INLINE VF Exp2(DF d, VF x) {
+  const hn::RebindToSigned<DF> di;
+  const VF xc = hn::Max(x, hn::Set(d, -127.0f));
+  const VF shifter = hn::Set(d, 12582912.0f);  // 1.5·2^23: adding it rounds to an integer
+  const VF t = hn::Add(xc, shifter);
+  const VF n = hn::Sub(t, shifter);
+  const VF r = hn::Mul(hn::Sub(xc, n), hn::Set(d, kLn2));
+  VF p = hn::Set(d, 1.0f / 720.0f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127 - 0x4B400000)));
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -126.0f)), hn::Mul(p, hn::BitCast(d, bits)));
+}
+// ---- addressing -----------------------------------------------------------------------------
+
+// The keys (or values) of one (sequence, kv head): row j at base + j*row (non-paged) or in
+// the block table's pages.
+struct KvRows {
+  const char* base = nullptr;  // kv head and (non-paged) sequence already applied
+  int64_t row_bytes = 0, page_bytes = 0, block_size = 0;
+  const int32_t* table = nullptr;  // null: not paged
+  DType dtype = DType::kF32;
+  int64_t cols = 0;
+  // Calls fn(first_row_ptr, n, j) for maximal runs of rows [j0, j1) that are evenly spaced.
+  template <class Fn>
+  void spans(int64_t j0, int64_t j1, const Fn& fn) const {
+    if (!table) {
+      if (j0 < j1) fn(base + j0 * row_bytes, j1 - j0, j0);
+      return;
+    }
+    for (int64_t j = j0; j < j1;) {
+      const int64_t off = j % block_size;
+      const int64_t n = std::min(j1 - j, block_size - off);
+      fn(base + table[j / block_size] * page_bytes + off * row_bytes, n, j);
+      j += n;
+    }
+  }
+};
+
+// Asks for rows [j0, j1) to be brought into L2 while the current block computes: the packing
+// reads each row once, so without this every K and V row's first touch stalls the core.
+inline void PrefetchRows(const KvRows& kv, int64_t j0, int64_t j1) {
+  const int64_t bytes = kv.cols * static_cast<int64_t>(dtype_size(kv.dtype));
+  kv.spans(j0, j1, [&](const char* row, int64_t n, int64_t) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + t * kv.row_bytes + b, 0, 2);
+  });
+}
+
+// Rows [j0, j0+n) as f32 with a uniform leading dimension: a pointer into the tensor itself
+// when the rows are f32 and evenly spaced, else converted into `scratch` (n x cols).
+inline const float* RowsF32(const KvRows& kv, int64_t j0, int64_t n, float* scratch, int64_t* ld) {
+  if (kv.dtype == DType::kF32 && (!kv.table || (j0 % kv.block_size) + n <= kv.block_size)) {
+    const float* p = nullptr;
+    kv.spans(j0, j0 + n,
+             [&](const char* row, int64_t, int64_t) { p = reinterpret_cast<const float*>(row); });
+    *ld = kv.row_bytes / static_cast<int64_t>(sizeof(float));
+    return p;
+  }
+  kv.spans(j0, j0 + n, [&](const char* row, int64_t m, int64_t j) {
+    for (int64_t t = 0; t < m; ++t)
+      convert(scratch + (j - j0 + t) * kv.cols, DType::kF32, row + t * kv.row_bytes, kv.dtype,
+              kv.cols);
+  });
+  *ld = kv.cols;
+  return scratch;
+}
+
+// One (sequence, head) problem.
+struct Problem {
+  const char* q = nullptr;  // row i at q + i*q_row
+  int64_t q_row = 0;
+  char* o = nullptr;
+  int64_t o_row = 0;
+  float* lse = nullptr;
+  int64_t lse_row = 0;
+  KvRows k, v;
+  int64_t sq = 0, sk = 0;
+  float slope = 0.0f;           // alibi (0: none)
+  const float* mask = nullptr;  // row i at mask + i*mask_row
+  int64_t mask_row = 0;
+};
+
+// Visible key range [lo(i), hi(i)] of query i (both non-decreasing in i).
+struct Visibility {
+  int64_t offset = 0, left = -1, right = -1;  // right: -1 unbounded (causal: 0)
+  int64_t lo(int64_t i) const { return left < 0 ? 0 : i + offset - left; }
+  int64_t hi(int64_t i, int64_t sk) const {
+    return right < 0 ? sk - 1 : std::min(sk - 1, i + offset + right);
+  }
+};
+
+inline Visibility VisibilityOf(const AttentionArgs& a, int64_t sq, int64_t sk) {
+  Visibility vis;
+  vis.offset = sk - sq;
+  vis.left = a.window_left;
+  vis.right = a.window_right;
+  if (a.causal) vis.right = vis.right < 0 ? 0 : std::min<int64_t>(vis.right, 0);
+  return vis;
+}
+
+// Scores (log2 units) of keys [jb, jb+nk) for queries whose lanes are i0 + lane: invisible
+// keys become -inf, ALiBi and the custom mask are added. `stride` is the distance between
+// consecutive keys' score vectors, `qstride` between consecutive queries (one of them is 1).
+struct Masker {
+  Visibility vis;
+  float slope2 = 0.0f;  // alibi slope · log2 e
+  const float* mask = nullptr;
+  int64_t mask_row = 0;
+  bool bounded() const { return vis.left >= 0 || vis.right >= 0; }
+};
+
+// ---- driver -------------------------------------------------------------------------------
+
+struct Seq {
+  int64_t sq, sk;
+};
+
+inline Seq SeqOf(const AttentionArgs& a, int64_t b) {
+  Seq s;
+  s.sq = a.cu_q ? a.cu_q[b + 1] - a.cu_q[b] : a.sq;
+  s.sk = a.context_lens ? a.context_lens[b] : a.cu_k ? a.cu_k[b + 1] - a.cu_k[b] : a.sk;
+  return s;
+}
+
+inline KvRows KvOf(const AttentionArgs& a, bool is_v, int64_t b, int64_t kvh) {
+  KvRows r;
+  const int64_t es = static_cast<int64_t>(dtype_size(a.kv_dtype));
+  const char* base = static_cast<const char*>(is_v ? a.v : a.k);
+  const int64_t sb = is_v ? a.v_sb : a.k_sb, sh = is_v ? a.v_sh : a.k_sh,
+                ss = is_v ? a.v_ss : a.k_ss;
+  r.dtype = a.kv_dtype;
+  r.cols = is_v ? a.v_head_dim : a.head_dim;
+  r.row_bytes = ss * es;
+  if (a.block_table) {
+    r.base = base + kvh * sh * es;
+    r.table = a.block_table + b * a.bt_stride;
+    r.page_bytes = sb * es;
+    r.block_size = a.block_size;
+  } else {
+    r.base = base + ((a.cu_k ? a.cu_k[b] * ss : b * sb) + kvh * sh) * es;
+  }
+  return r;
+}
+
+inline int64_t QOff(const AttentionArgs& a, int64_t b, int64_t h, int64_t sb, int64_t sh,
+                    int64_t ss) {
+  return (a.cu_q ? a.cu_q[b] * ss : b * sb) + h * sh;
+}
+
+// Partial result of one decode chunk for G query rows: m, l, then Dv unnormalized outputs.
+inline int64_t PartialFloats(int64_t Dv) { return Dv + 2; }
+
+inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
+inline bool UseDecode(const AttentionArgs& a) { return a.sq * Group(a) <= kMaxDecodeRows; }
+inline int64_t DecodeChunks(const AttentionArgs& a) {
+  return std::max<int64_t>(1, (a.sk + kDecodeChunk - 1) / kDecodeChunk);
+}
+inline size_t DecodeScratchBytes(const AttentionArgs& a) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t G = kMaxDecodeRows, f = sizeof(float);
+  return Align64(static_cast<size_t>(G * RoundUp(a.head_dim, N) * f)) +
+         Align64(static_cast<size_t>(G * kDecodeSub * f)) +
+         Align64(static_cast<size_t>(std::max(a.head_dim, a.v_head_dim) * f)) + 64;
+}
+inline size_t PartialBytes(const AttentionArgs& a) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t rows = std::min(Group(a) * a.sq, kMaxDecodeRows);
+  return static_cast<size_t>(a.batch * a.kv_heads * DecodeChunks(a) * rows *
+                             PartialFloats(RoundUp(a.v_head_dim, N))) *
+             sizeof(float) +
+         64;
+}
+
+// Runs fn(task, thread_scratch) for tasks [0, n) on up to `threads` threads, each task on one
+// thread; tasks are handed out in index order through an atomic counter.
+template <class Fn>
+void RunTasks(int threads, bool ftz, int64_t n, char* ws, size_t per_thread, const Fn& fn) {
+  const int nt = static_cast<int>(std::min<int64_t>(threads, n));
+  if (nt <= 1) {
+    DenormalGuard g(ftz);
+    for (int64_t t = 0; t < n; ++t) fn(t, ws);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(nt)
+  {
+    DenormalGuard g(ftz);
+    char* mine = ws + static_cast<size_t>(omp_get_thread_num()) * per_thread;
+    for (int64_t t = next.fetch_add(1); t < n; t = next.fetch_add(1)) fn(t, mine);
+  }
+}
+
+// Split-KV decode (attention_decode.cc). per_thread: the stride of the threads' scratch.
+void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread);
+
+}  // namespace tboost::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // TBOOST_KERNELS_ATTENTION_INL_H_

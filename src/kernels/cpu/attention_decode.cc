@@ -1,0 +1,342 @@
+// Split-KV decode attention on the CPU (Highway): few query rows per kv head against a long
+// cache (see attention.cc for the overview). Each key row is streamed once and dotted with
+// every query row of its kv head (GQA heads share the read); the keys of each (sequence,
+// kv head) are cut into fixed chunks whose partial results are merged by log-sum-exp.
+// clang-format off: Highway's per-target re-inclusion needs this exact order.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kernels/cpu/attention_decode.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "src/kernels/cpu/attention-inl.h"
+#include "src/kernels/cpu/hwy_util-inl.h"
+#include "src/kernels/cpu/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tboost::kernels::HWY_NAMESPACE {
+
+// ---- decode -------------------------------------------------------------------------------
+
+struct DecodeScratch {
+  float* qs;  // G x Dp
+  float* s;   // G x kDecodeSub
+  float* row;
+};
+
+// Decode is bound by DRAM: the row ~kPrefetchBytes ahead of the one being read is requested
+// while it is processed (the hardware prefetchers stop at every 4 KiB page, which left the
+// cores waiting on each new row). Prefetching past a span's end is harmless (no fault).
+constexpr int64_t kPrefetchBytes = 8 << 10;
+HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
+  return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
+}
+HWY_INLINE void PrefetchRow(const char* row, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
+}
+
+// Keys dotted at once for G query rows: G·KK accumulators (at most 8, so they, the KK key
+// vectors and one query vector fit AVX2's 16 registers) and independent FMA chains.
+constexpr int KeysAtOnce(int G) { return G <= 2 ? 4 : G <= 4 ? 2 : 1; }
+
+// Scores of KK consecutive key rows (row_bytes apart) against G query rows (Dp-padded, zeros
+// past D): out[g·ostride + kk].
+template <class TK, int G, int KK>
+HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t D, int64_t Dp,
+                        const float* HWY_RESTRICT qs, float* HWY_RESTRICT out, int64_t ostride) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const TK* k[KK];
+  for (int kk = 0; kk < KK; ++kk) k[kk] = reinterpret_cast<const TK*>(row + kk * row_bytes);
+  VF acc[G][KK];
+  for (int g = 0; g < G; ++g)
+    for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::Zero(d);
+  for (int64_t x = 0; x < D; x += N) {
+    VF kv[KK];
+    if (x + N <= D) {
+      for (int kk = 0; kk < KK; ++kk) kv[kk] = LoadF(d, k[kk] + x);
+    } else {
+      for (int kk = 0; kk < KK; ++kk) kv[kk] = LoadTailF(d, k[kk] + x, static_cast<size_t>(D - x));
+    }
+    for (int g = 0; g < G; ++g) {
+      const VF q = hn::Load(d, qs + g * Dp + x);
+      for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::MulAdd(q, kv[kk], acc[g][kk]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = ReduceSumF(d, acc[g][kk]);
+}
+
+// Scores of n consecutive key rows against G query rows.
+template <class TK, int G>
+HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t D, int64_t Dp,
+                          const float* qs, float* out, int64_t ostride) {
+  constexpr int KK = KeysAtOnce(G);
+  const int64_t bytes = D * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
+  int64_t t = 0;
+  for (; t + KK <= n; t += KK) {
+    for (int kk = 0; kk < KK; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
+    DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
+  }
+  for (; t < n; ++t) DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
+}
+
+// os[g·ostride + :] += sum over KK consecutive value rows j of p[g·pstride + j] · vrow_j for
+// G rows: the KK rows' vectors are loaded once and shared by every query row, and two
+// vectors of each output row stay in registers across the KK rows.
+template <class TK, int KK>
+HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t Dv, int64_t G,
+                         const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
+                         int64_t ostride) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const TK* v[KK];
+  for (int kk = 0; kk < KK; ++kk) v[kk] = reinterpret_cast<const TK*>(row + kk * row_bytes);
+  int64_t x = 0;
+  for (; x + 2 * N <= Dv; x += 2 * N) {
+    VF a0[KK], a1[KK];
+    for (int kk = 0; kk < KK; ++kk) {
+      a0[kk] = LoadF(d, v[kk] + x);
+      a1[kk] = LoadF(d, v[kk] + x + N);
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      float* o = os + g * ostride + x;
+      VF o0 = hn::LoadU(d, o), o1 = hn::LoadU(d, o + N);
+      for (int kk = 0; kk < KK; ++kk) {
+        const VF pg = hn::Set(d, p[g * pstride + kk]);
+        o0 = hn::MulAdd(pg, a0[kk], o0);
+        o1 = hn::MulAdd(pg, a1[kk], o1);
+      }
+      hn::StoreU(o0, d, o);
+      hn::StoreU(o1, d, o + N);
+    }
+  }
+  for (; x < Dv; x += N) {  // at most two vectors; the last may be partial (rows hold
+    const int64_t w = std::min(N, Dv - x);  // RoundUp(Dv, N) floats)
+    VF a[KK];
+    for (int kk = 0; kk < KK; ++kk) a[kk] = LoadN(d, v[kk] + x, w);
+    for (int64_t g = 0; g < G; ++g) {
+      float* o = os + g * ostride + x;
+      VF o0 = hn::LoadU(d, o);
+      for (int kk = 0; kk < KK; ++kk) o0 = hn::MulAdd(hn::Set(d, p[g * pstride + kk]), a[kk], o0);
+      hn::StoreU(o0, d, o);
+    }
+  }
+}
+
+template <class TK>
+HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv, int64_t G,
+                           const float* p, int64_t pstride, float* os, int64_t ostride) {
+  const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (int64_t kk = 0; kk < 4; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
+    AxpyKeys<TK, 4>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
+  }
+  for (; t < n; ++t)
+    AxpyKeys<TK, 1>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
+}
+
+template <class TK>
+using DotFn = void (*)(const char*, int64_t, int64_t, int64_t, int64_t, const float*, float*,
+                       int64_t);
+template <class TK, int... I>
+constexpr std::array<DotFn<TK>, sizeof...(I)> DotTable(std::integer_sequence<int, I...>) {
+  return {&DotSpan<TK, I + 1>...};
+}
+
+// Decode task: query rows r = hl·sq + i (hl: q head within the kv head's group) of one
+// (sequence, kv head), keys [c0, c1). Writes G partials (m, l, O) at `part`.
+struct DecodeRowInfo {
+  const char* q;
+  int64_t pos;     // the query's position on the key axis
+  int64_t lo, hi;  // visible keys
+  float slope2;
+  const float* mask;
+};
+
+template <class TK>
+void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, int64_t G, int64_t D,
+                int64_t Dv, int64_t c0, int64_t c1, float qscale, DType qdtype,
+                const DecodeScratch& sc, float* part) {
+  static constexpr auto dots = DotTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t Dp = RoundUp(D, N), Dvp = RoundUp(Dv, N);
+  const int64_t P = PartialFloats(Dvp);
+  for (int64_t g = 0; g < G; ++g) {
+    convert(sc.row, DType::kF32, rows[g].q, qdtype, D);
+    float* q = sc.qs + g * Dp;
+    for (int64_t x = 0; x < Dp; ++x) q[x] = x < D ? sc.row[x] * qscale : 0.0f;
+    float* pr = part + g * P;
+    pr[0] = kNegInf;
+    pr[1] = 0.0f;
+    std::fill(pr + 2, pr + 2 + Dvp, 0.0f);
+  }
+  // Keys any row may see.
+  int64_t lo = c1, hi = c0 - 1;
+  for (int64_t g = 0; g < G; ++g) {
+    lo = std::min(lo, rows[g].lo);
+    hi = std::max(hi, rows[g].hi);
+  }
+  lo = std::max(lo, c0);
+  hi = std::min(hi, c1 - 1);
+  for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
+    const int64_t s1 = std::min(hi + 1, s0 + kDecodeSub);
+    const int64_t ns = s1 - s0;
+    kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+      dots[static_cast<size_t>(G - 1)](row, kr.row_bytes, n, D, Dp, sc.qs, sc.s + (j - s0),
+                                       kDecodeSub);
+    });
+    // Mask, then the online softmax per row (vectorized over keys).
+    for (int64_t g = 0; g < G; ++g) {
+      float* s = sc.s + g * kDecodeSub;
+      const DecodeRowInfo& ri = rows[g];
+      for (int64_t jj = 0; jj < ns; ++jj) {
+        const int64_t j = s0 + jj;
+        if (j < ri.lo || j > ri.hi) {
+          s[jj] = kNegInf;
+          continue;
+        }
+        if (ri.slope2 != 0.0f) s[jj] -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
+        if (ri.mask) s[jj] += ri.mask[j] * kLog2e;
+      }
+      float* pr = part + g * P;
+      VF mb = hn::Set(d, kNegInf);
+      int64_t jj = 0;
+      for (; jj + N <= ns; jj += N) mb = hn::Max(mb, hn::LoadU(d, s + jj));
+      if (jj < ns) mb = hn::Max(mb, LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf));
+      const float mnew = std::max(pr[0], ReduceMaxF(d, mb));
+      const float msafe = mnew == kNegInf ? 0.0f : mnew;
+      const float alpha = pr[0] == kNegInf ? 0.0f : std::exp2(pr[0] - msafe);
+      VF sum = hn::Zero(d);
+      const VF ms = hn::Set(d, msafe);
+      for (jj = 0; jj + N <= ns; jj += N) {
+        const VF p = Exp2(d, hn::Sub(hn::LoadU(d, s + jj), ms));
+        hn::StoreU(p, d, s + jj);
+        sum = hn::Add(sum, p);
+      }
+      if (jj < ns) {
+        const VF p =
+            Exp2(d, hn::Sub(LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf), ms));
+        StoreTailF(d, p, s + jj, static_cast<size_t>(ns - jj));
+        sum = hn::Add(sum, p);
+      }
+      pr[0] = mnew;
+      pr[1] = pr[1] * alpha + ReduceSumF(d, sum);
+      if (alpha != 1.0f) {
+        const VF al = hn::Set(d, alpha);
+        for (int64_t x = 0; x < Dvp; x += N)
+          hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
+      }
+    }
+    vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+      AxpySpan<TK>(row, vr.row_bytes, n, Dv, G, sc.s + (j - s0), kDecodeSub, part + 2, P);
+    });
+  }
+}
+
+void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t D = a.head_dim, Dv = a.v_head_dim, g = Group(a);
+  const int64_t Gmax = g * a.sq, Dvp = RoundUp(Dv, N), P = PartialFloats(Dvp);
+  const int64_t chunks = DecodeChunks(a);
+  const int64_t qes = static_cast<int64_t>(dtype_size(a.dtype));
+  const size_t per = per_thread;
+  float* parts = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(ws + static_cast<size_t>(std::max(1, a.threads)) * per) + 63) &
+      ~uintptr_t{63});
+  const float qscale = a.scale * kLog2e;
+  auto rows_of = [&](int64_t b, int64_t kvh, const Seq& s, DecodeRowInfo* rows) {
+    const Visibility vis = VisibilityOf(a, s.sq, s.sk);
+    for (int64_t hl = 0; hl < g; ++hl) {
+      const int64_t h = kvh * g + hl;
+      for (int64_t i = 0; i < s.sq; ++i) {
+        DecodeRowInfo& r = rows[hl * s.sq + i];
+        r.q = static_cast<const char*>(a.q) +
+              (QOff(a, b, h, a.q_sb, a.q_sh, a.q_ss) + i * a.q_ss) * qes;
+        r.pos = i + vis.offset;
+        r.lo = std::max<int64_t>(0, vis.lo(i));
+        r.hi = vis.hi(i, s.sk);
+        r.slope2 = a.alibi ? a.alibi[h] * kLog2e : 0.0f;
+        r.mask = a.mask ? a.mask + b * a.mask_sb + i * a.mask_si : nullptr;
+      }
+    }
+  };
+  const int64_t ntasks = a.batch * a.kv_heads * chunks;
+  RunTasks(a.threads, a.ftz, ntasks, ws, per, [&](int64_t t, char* mine) {
+    const int64_t c = t % chunks, bk = t / chunks, kvh = bk % a.kv_heads, b = bk / a.kv_heads;
+    const Seq s = SeqOf(a, b);
+    DecodeRowInfo rows[kMaxDecodeRows];
+    rows_of(b, kvh, s, rows);
+    const int64_t G = g * s.sq;
+    float* part = parts + t * Gmax * P;
+    const int64_t c0 = std::min(s.sk, c * kDecodeChunk), c1 = std::min(s.sk, c0 + kDecodeChunk);
+    char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mine) + 63) & ~uintptr_t{63});
+    DecodeScratch sc;
+    sc.qs = reinterpret_cast<float*>(p);
+    p += Align64(static_cast<size_t>(kMaxDecodeRows * RoundUp(D, N)) * sizeof(float));
+    sc.s = reinterpret_cast<float*>(p);
+    p += Align64(static_cast<size_t>(kMaxDecodeRows * kDecodeSub) * sizeof(float));
+    sc.row = reinterpret_cast<float*>(p);
+    if (G == 0) return;
+    const KvRows kr = KvOf(a, false, b, kvh), vr = KvOf(a, true, b, kvh);
+    switch (a.kv_dtype) {
+      case DType::kF32:
+        return DecodeTask<float>(kr, vr, rows, G, D, Dv, c0, c1, qscale, a.dtype, sc, part);
+      case DType::kBF16:
+        return DecodeTask<bf16_t>(kr, vr, rows, G, D, Dv, c0, c1, qscale, a.dtype, sc, part);
+      default:
+        return DecodeTask<f16_t>(kr, vr, rows, G, D, Dv, c0, c1, qscale, a.dtype, sc, part);
+    }
+  });
+  // Merge the chunks of each (sequence, kv head) by log-sum-exp.
+  parallel_for(a.threads, a.batch * a.kv_heads, 1, a.ftz, [&](int64_t r0, int64_t r1) {
+    std::vector<float> out(static_cast<size_t>(Dvp));
+    for (int64_t bk = r0; bk < r1; ++bk) {
+      const int64_t b = bk / a.kv_heads, kvh = bk % a.kv_heads;
+      const Seq s = SeqOf(a, b);
+      for (int64_t hl = 0; hl < g; ++hl) {
+        const int64_t h = kvh * g + hl;
+        for (int64_t i = 0; i < s.sq; ++i) {
+          const int64_t r = hl * s.sq + i;
+          float M = kNegInf;
+          for (int64_t c = 0; c < chunks; ++c)
+            M = std::max(M, parts[((bk * chunks + c) * Gmax + r) * P]);
+          std::fill(out.begin(), out.end(), 0.0f);
+          float L = 0.0f;
+          if (M != kNegInf) {
+            for (int64_t c = 0; c < chunks; ++c) {
+              const float* pr = parts + ((bk * chunks + c) * Gmax + r) * P;
+              if (pr[0] == kNegInf) continue;
+              const float w = std::exp2(pr[0] - M);
+              L += pr[1] * w;
+              for (int64_t x = 0; x < Dv; ++x) out[static_cast<size_t>(x)] += pr[2 + x] * w;
+            }
+          }
+          const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+          for (int64_t x = 0; x < Dv; ++x) out[static_cast<size_t>(x)] *= inv;
+          convert(
+              static_cast<char*>(a.o) + (QOff(a, b, h, a.o_sb, a.o_sh, a.o_ss) + i * a.o_ss) * qes,
+              a.dtype, out.data(), DType::kF32, Dv);
+          a.lse[QOff(a, b, h, a.lse_sb, a.lse_sh, a.lse_ss) + i * a.lse_ss] =
+              L > 0.0f ? (M + std::log2(L)) * kLn2 : kNegInf;
+        }
+      }
+    }
+  });
+}
+
+// Keys per block from the cache sizes: St (Bc x Br f32) within a quarter of L1, beside the
+// tile's Qt and output rows, and one K and V block (Bc x (D + Dv) f32) within a quarter of L2,
+}  // namespace tboost::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
