@@ -4,6 +4,7 @@
 // checked at execute, all of them before the kernel writes a byte.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,7 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
     }
     a.kv_block = kv_block_;
     a.threads = threads;
+    a.force_bf16_pairs = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;
     return a;
   }
 
@@ -385,6 +387,7 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
     a.window_left = param_.window_left;
     a.kv_block = kv_block_;
     a.threads = threads;
+    a.force_bf16_pairs = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;
     return a;
   }
 

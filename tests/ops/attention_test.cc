@@ -87,6 +87,7 @@
 //     k integer:                     "input 0 (k) expected dtype one of {f32, bf16, f16}"
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -1166,6 +1167,22 @@ void expect_close(const Tensor& a, const Tensor& b, double tol, const std::strin
 // The same keys and values in a contiguous cache, scattered over permuted blocks of a paged
 // cache, and packed for SelfAttention (varlen, causal: bottom-right alignment puts the Sq
 // queries at the end of each sequence) give the same outputs.
+// The bf16 pair path of the prefill kernel (bf16 q, k, v: vdpbf16ps where the CPU has
+// AVX512_BF16, else an exact emulation of it, forced here) on every bf16 case of both ops.
+TEST(SelfAttentionOp, Bf16PairPathMatchesFloat64Reference) {
+  setenv("TBOOST_ATTN_BF16_PAIRS", "1", 1);
+  int ran = 0;
+  for (const auto& cases : {self_attention_cases(), paged_attention_cases()})
+    for (const CaseSpec& c : cases) {
+      if (c.name.find("bf16") == std::string::npos) continue;
+      SCOPED_TRACE(c.name);
+      run_case(c);
+      ++ran;
+    }
+  unsetenv("TBOOST_ATTN_BF16_PAIRS");
+  EXPECT_GT(ran, 10);
+}
+
 TEST(PagedAttentionOp, PagedContiguousAndSelfAttentionAgree) {
   for (DType cdt : {DType::kF32, DType::kBF16})
     for (int64_t wl : {int64_t{-1}, int64_t{100}}) {

@@ -165,6 +165,199 @@ inline void PvBlock(const float* Pt, const float* V, int64_t ldv, int64_t nk, in
   }
 }
 
+// ---- bf16 pair products -----------------------------------------------------------------------
+// With bf16 q, k and v the two products run on pairs of bf16 values in one u32 lane (the even
+// element in the low half): vdpbf16ps (AVX512_BF16) does twice the multiply-adds of an f32 FMA
+// per instruction, accumulating in f32. QK pairs run over the head dim (a K row's pair is
+// broadcast straight from the cache row; Qt2 holds the tile's query pairs), PV pairs over the
+// keys (P is rounded to bf16 pairs after the softmax, as flash attention does on GPUs; V is
+// interleaved two rows at a time into V2 once per block). Elsewhere the same layouts run on
+// an exact emulation (two FMAs on the halves), which tests force so the path is checked on any
+// CPU.
+using DU = hn::RebindToUnsigned<DF>;
+using VU = hn::Vec<DU>;
+
+#undef TBOOST_ATTN_BF16_NATIVE  // this file is compiled once per target
+#undef TBOOST_PAIR_ATTR
+#if HWY_TARGET == HWY_AVX3
+#define TBOOST_ATTN_BF16_NATIVE 1
+#define TBOOST_PAIR_ATTR \
+  __attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")))
+#else
+#define TBOOST_ATTN_BF16_NATIVE 0
+#define TBOOST_PAIR_ATTR
+#endif
+
+// acc + a.lo·b.lo + a.hi·b.hi per lane (products of bf16 values are exact in f32).
+struct PairDotEmu {
+  static TBOOST_PAIR_ATTR HWY_INLINE VF Apply(VF acc, VU a, VU b) {
+    const DF d;
+    const DU du;
+    const VU hi = hn::Set(du, 0xFFFF0000u);
+    const VF alo = hn::BitCast(d, hn::ShiftLeft<16>(a)), blo = hn::BitCast(d, hn::ShiftLeft<16>(b));
+    const VF ahi = hn::BitCast(d, hn::And(a, hi)), bhi = hn::BitCast(d, hn::And(b, hi));
+    return hn::MulAdd(ahi, bhi, hn::MulAdd(alo, blo, acc));
+  }
+};
+#if TBOOST_ATTN_BF16_NATIVE
+struct PairDotNative {
+  static TBOOST_PAIR_ATTR HWY_INLINE VF Apply(VF acc, VU a, VU b) {
+    return VF{_mm512_dpbf16_ps(acc.raw, (__m512bh)a.raw, (__m512bh)b.raw)};
+  }
+};
+#endif
+
+// St[r][q] = scale · sum_p K32[r·ldk + p] · Qt2[p][q] for R keys (rows of u32 pairs).
+template <int R, class Dot>
+TBOOST_PAIR_ATTR HWY_NOINLINE void QkPair(const uint32_t* HWY_RESTRICT K, int64_t ldk,
+                                          const uint32_t* HWY_RESTRICT Qt2, int64_t P, float scale,
+                                          float* HWY_RESTRICT St) {
+  const DF d;
+  const DU du;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t br = kV * N;
+  VF acc[R][kV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < kV; ++v) acc[r][v] = hn::Zero(d);
+  for (int64_t p = 0; p < P; ++p) {
+    VU b[kV];
+    for (int v = 0; v < kV; ++v) b[v] = hn::Load(du, Qt2 + p * br + v * N);
+    for (int r = 0; r < R; ++r) {
+      const VU a = hn::Set(du, K[r * ldk + p]);
+      for (int v = 0; v < kV; ++v) acc[r][v] = Dot::Apply(acc[r][v], a, b[v]);
+    }
+  }
+  const VF sc = hn::Set(d, scale);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < kV; ++v) hn::Store(hn::Mul(acc[r][v], sc), d, St + r * br + v * N);
+}
+
+// O[q][x] = O[q][x]·alpha[q] + sum_p P2[p][q] · V2[p][x] for kQ queries and W whole vectors.
+template <int W, class Dot>
+TBOOST_PAIR_ATTR HWY_NOINLINE void PvPair(const uint32_t* HWY_RESTRICT P2,
+                                          const uint32_t* HWY_RESTRICT V2, int64_t ldv, int64_t P,
+                                          const float* HWY_RESTRICT alpha, float* HWY_RESTRICT O,
+                                          int64_t ldo) {
+  const DF d;
+  const DU du;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t br = kV * N;
+  VF acc[kQ][W];
+  for (int q = 0; q < kQ; ++q) {
+    const VF al = hn::Set(d, alpha[q]);
+    for (int w = 0; w < W; ++w) acc[q][w] = hn::Mul(hn::Load(d, O + q * ldo + w * N), al);
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    VU b[W];
+    for (int w = 0; w < W; ++w) b[w] = hn::Load(du, V2 + p * ldv + w * N);
+    for (int q = 0; q < kQ; ++q) {
+      const VU a = hn::Set(du, P2[p * br + q]);
+      for (int w = 0; w < W; ++w) acc[q][w] = Dot::Apply(acc[q][w], a, b[w]);
+    }
+  }
+  for (int q = 0; q < kQ; ++q)
+    for (int w = 0; w < W; ++w) hn::Store(acc[q][w], d, O + q * ldo + w * N);
+}
+
+template <class Dot>
+struct PairKernels {
+  using QkFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int64_t, float, float*);
+  template <int... I>
+  static constexpr std::array<QkFn, sizeof...(I)> Qk(std::integer_sequence<int, I...>) {
+    return {&QkPair<I + 1, Dot>...};
+  }
+
+  // St (nk x Br) = scale · K pairs (rows [0, nk), ldk u32 apart) · Qt2 (P x Br).
+  static void QkBlock(const uint32_t* K, int64_t ldk, int64_t nk, const uint32_t* Qt2, int64_t P,
+                      float scale, float* St) {
+    static constexpr auto tails = Qk(std::make_integer_sequence<int, kR>());
+    const int64_t br = Br();
+    int64_t r = 0;
+    for (; r + kR <= nk; r += kR) QkPair<kR, Dot>(K + r * ldk, ldk, Qt2, P, scale, St + r * br);
+    if (r < nk)
+      tails[static_cast<size_t>(nk - r - 1)](K + r * ldk, ldk, Qt2, P, scale, St + r * br);
+  }
+
+  // O (Br x ldo) = O·alpha + P2ᵀ · V2 (P pairs of keys, ldo = ldv = Dv rounded up to N).
+  static void PvBlock(const uint32_t* P2, const uint32_t* V2, int64_t P, int64_t ldo,
+                      const float* alpha, float* O) {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+    const int64_t br = Br();
+    for (int64_t x = 0; x < ldo;) {
+      const int64_t vecs = (ldo - x) / N;
+      const int64_t w = vecs == 4 ? 2 : std::min<int64_t>(vecs, 3);
+      for (int64_t q = 0; q < br; q += kQ) {
+        if (w == 1) PvPair<1, Dot>(P2 + q, V2 + x, ldo, P, alpha + q, O + q * ldo + x, ldo);
+        if (w == 2) PvPair<2, Dot>(P2 + q, V2 + x, ldo, P, alpha + q, O + q * ldo + x, ldo);
+        if (w == 3) PvPair<3, Dot>(P2 + q, V2 + x, ldo, P, alpha + q, O + q * ldo + x, ldo);
+      }
+      x += w * N;
+    }
+  }
+};
+
+// P2[p][q] = bf16 pair (P[2p][q], P[2p+1][q]) of the softmax weights in St (nk rows; an odd last
+// row pairs with 0), rounded to nearest even.
+inline void PackP(const float* St, int64_t nk, uint32_t* P2) {
+  const DF d;
+  const DU du;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t br = Br();
+  const auto bits = [&](VF x) {  // x finite and >= 0
+    const VU u = hn::BitCast(du, x);
+    return hn::ShiftRight<16>(
+        hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)))));
+  };
+  for (int64_t p = 0; p < (nk + 1) / 2; ++p)
+    for (int64_t v = 0; v < kV; ++v) {
+      const VU lo = bits(hn::Load(d, St + 2 * p * br + v * N));
+      const VU hi =
+          2 * p + 1 < nk ? bits(hn::Load(d, St + (2 * p + 1) * br + v * N)) : hn::Zero(du);
+      hn::Store(hn::Or(lo, hn::ShiftLeft<16>(hi)), du, P2 + p * br + v * N);
+    }
+}
+
+// V2[p][x] = (V[2p][x], V[2p+1][x]) for value rows [j0, j0+n) of a bf16 cache; ld u32 per pair
+// row, features past Dv and a missing odd row are 0.
+inline void PackV2(const KvRows& v, int64_t j0, int64_t n, int64_t ld, uint32_t* V2) {
+  const int64_t Dv = v.cols;
+  std::fill(V2, V2 + (n + 1) / 2 * ld, 0u);
+  v.spans(j0, j0 + n, [&](const char* row, int64_t m, int64_t j) {
+    for (int64_t t = 0; t < m; ++t) {
+      const int64_t k = j - j0 + t;
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(row + t * v.row_bytes);
+      uint32_t* dst = V2 + (k / 2) * ld;
+      const int shift = static_cast<int>(k % 2) * 16;
+      for (int64_t x = 0; x < Dv; ++x) dst[x] |= static_cast<uint32_t>(src[x]) << shift;
+    }
+  });
+}
+
+// K rows [j0, j0+n) of a bf16 cache as u32 pairs with a uniform leading dimension (u32): the
+// rows themselves when evenly spaced on 4-byte boundaries, else copied into scratch.
+inline const uint32_t* RowsPairs(const KvRows& k, int64_t j0, int64_t n, uint32_t* scratch,
+                                 int64_t* ld) {
+  const bool one_span = !k.table || (j0 % k.block_size) + n <= k.block_size;
+  if (one_span && k.row_bytes % 4 == 0) {
+    const uint32_t* p = nullptr;
+    k.spans(j0, j0 + n, [&](const char* row, int64_t, int64_t) {
+      if (reinterpret_cast<uintptr_t>(row) % 4 == 0) p = reinterpret_cast<const uint32_t*>(row);
+    });
+    if (p) {
+      *ld = k.row_bytes / 4;
+      return p;
+    }
+  }
+  const int64_t words = k.cols / 2;
+  k.spans(j0, j0 + n, [&](const char* row, int64_t m, int64_t j) {
+    for (int64_t t = 0; t < m; ++t)
+      std::memcpy(scratch + (j - j0 + t) * words, row + t * k.row_bytes,
+                  static_cast<size_t>(words) * 4);
+  });
+  *ld = words;
+  return scratch;
+}
+
 // ---- prefill ------------------------------------------------------------------------------
 
 // Tiles per task: up to kMaxTiles tiles of Br queries share each K and V block, so a block is
@@ -182,6 +375,8 @@ struct FlashScratch {
   float* kbuf;   // Bc x D (rows converted to f32 when needed)
   float* vbuf;   // Bc x Dv
   float* row;    // max(D, Dv)
+  float* p2;     // (Bcp/2 + 1) x Br u32 pairs of P (bf16 pair path)
+  float* v2;     // (Bcp/2 + 1) x Dvp u32 pairs of V rows (bf16 pair path)
 };
 
 struct FlashDims {
@@ -213,6 +408,8 @@ inline void FlashLayout(const FlashDims& f, const Fn& take) {
   take(&FlashScratch::kbuf, z(f.Bc * f.D) * fl);
   take(&FlashScratch::vbuf, z(f.Bc * f.Dv) * fl);
   take(&FlashScratch::row, z(std::max(f.D, f.Dv)) * fl);
+  take(&FlashScratch::p2, z(f.Bcp / 2 + 1) * br * fl);
+  take(&FlashScratch::v2, z((f.Bcp / 2 + 1) * f.Dvp) * fl);
 }
 
 inline size_t FlashScratchBytes(const FlashDims& f) {
@@ -297,8 +494,10 @@ inline void SoftmaxStep(int64_t nk, float* St, float* m, float* l, float* alpha)
 }
 
 // Queries [c0, c0 + nq) of one problem, nq <= tiles·Br: tiles of Br sharing each K/V block.
+// pairs: bf16 q, k, v run the bf16 pair products (native: with vdpbf16ps).
 void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_tiles,
-                const FlashDims& f, float qscale, DType dtype, const FlashScratch& s) {
+                const FlashDims& f, float qscale, DType dtype, bool pairs, bool native,
+                const FlashScratch& s) {
   const int64_t br = Br(), D = f.D, Dv = f.Dv;
   const int64_t nq = std::min(max_tiles * br, pb.sq - c0);
   const int64_t tiles = (nq + br - 1) / br;
@@ -310,7 +509,13 @@ void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_til
     float* qt = s.qt + t * D * br;
     std::fill(qt, qt + D * br, 0.0f);
     for (int64_t i = 0; i < nqt[t]; ++i) {
-      convert(s.row, DType::kF32, pb.q + (i0 + i) * pb.q_row, dtype, D);
+      const char* qrow = pb.q + (i0 + i) * pb.q_row;
+      if (pairs) {  // Qt2[p][i] = (q[2p], q[2p+1]), unscaled (the product is scaled)
+        uint32_t* qt2 = reinterpret_cast<uint32_t*>(qt);
+        for (int64_t x = 0; x < D / 2; ++x) std::memcpy(qt2 + x * br + i, qrow + 4 * x, 4);
+        continue;
+      }
+      convert(s.row, DType::kF32, qrow, dtype, D);
       for (int64_t x = 0; x < D; ++x) qt[x * br + i] = s.row[x] * qscale;
     }
     std::fill(s.m + t * br, s.m + (t + 1) * br, kNegInf);
@@ -331,12 +536,33 @@ void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_til
     PrefetchRows(pb.k, jb + nk, std::min(jhi, jb + nk + f.Bc));
     PrefetchRows(pb.v, jb + nk, std::min(jhi, jb + nk + f.Bc));
     int64_t ldk = 0, ldv = 0;
-    const float* K = RowsF32(pb.k, jb, nk, s.kbuf, &ldk);
-    const float* V = RowsF32(pb.v, jb, nk, s.vbuf, &ldv);
+    const float *K = nullptr, *V = nullptr;
+    const uint32_t* K2 = nullptr;
+    uint32_t* V2 = reinterpret_cast<uint32_t*>(s.v2);
+    uint32_t* P2 = reinterpret_cast<uint32_t*>(s.p2);
+    if (pairs) {
+      K2 = RowsPairs(pb.k, jb, nk, reinterpret_cast<uint32_t*>(s.kbuf), &ldk);
+      PackV2(pb.v, jb, nk, f.Dvp, V2);
+    } else {
+      K = RowsF32(pb.k, jb, nk, s.kbuf, &ldk);
+      V = RowsF32(pb.v, jb, nk, s.vbuf, &ldv);
+    }
     for (int64_t t = 0; t < tiles; ++t) {
       if (jb > hi[t] || jb + nk - 1 < lo[t]) continue;
       const int64_t nkt = std::min(nk, hi[t] + 1 - jb);
-      QkBlock(K, ldk, nkt, s.qt + t * D * br, D, s.st);
+      const float* qt = s.qt + t * D * br;
+      float* ot = s.ot + t * br * f.Dvp;
+      if (!pairs) {
+        QkBlock(K, ldk, nkt, qt, D, s.st);
+      } else if (native) {
+#if TBOOST_ATTN_BF16_NATIVE
+        PairKernels<PairDotNative>::QkBlock(K2, ldk, nkt, reinterpret_cast<const uint32_t*>(qt),
+                                            D / 2, qscale, s.st);
+#endif
+      } else {
+        PairKernels<PairDotEmu>::QkBlock(K2, ldk, nkt, reinterpret_cast<const uint32_t*>(qt), D / 2,
+                                         qscale, s.st);
+      }
       const bool inside = jb >= full_lo[t] && jb + nkt - 1 <= full_hi[t];
       if (!inside || extra) {
         Masker m2 = mk;
@@ -344,7 +570,18 @@ void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_til
         MaskTile(m2, c0 + t * br, nqt[t], jb, nkt, s.st);
       }
       SoftmaxStep(nkt, s.st, s.m + t * br, s.l + t * br, s.alpha);
-      PvBlock(s.st, V, ldv, nkt, Dv, s.alpha, s.ot + t * br * f.Dvp, f.Dvp);
+      if (!pairs) {
+        PvBlock(s.st, V, ldv, nkt, Dv, s.alpha, ot, f.Dvp);
+        continue;
+      }
+      PackP(s.st, nkt, P2);
+      if (native) {
+#if TBOOST_ATTN_BF16_NATIVE
+        PairKernels<PairDotNative>::PvBlock(P2, V2, (nkt + 1) / 2, f.Dvp, s.alpha, ot);
+#endif
+      } else {
+        PairKernels<PairDotEmu>::PvBlock(P2, V2, (nkt + 1) / 2, f.Dvp, s.alpha, ot);
+      }
     }
   }
   // Normalize, write out, lse.
@@ -409,6 +646,9 @@ void FlashForward(const AttentionArgs& a, char* ws) {
                    [](const Task& x, const Task& y) { return x.cost > y.cost; });
   const float qscale = a.scale * kLog2e;
   const size_t per = PerThreadBytes(a);
+  const bool native = TBOOST_ATTN_BF16_NATIVE && cpu_features().avx512_bf16;
+  const bool pairs = a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16 && D % 2 == 0 &&
+                     (native || a.force_bf16_pairs);
   RunTasks(
       a.threads, a.ftz, static_cast<int64_t>(tasks.size()), ws, per, [&](int64_t t, char* mine) {
         const Task& tk = tasks[static_cast<size_t>(t)];
@@ -429,7 +669,8 @@ void FlashForward(const AttentionArgs& a, char* ws) {
         mk.slope2 = a.alibi ? a.alibi[tk.h] * kLog2e : 0.0f;
         mk.mask = a.mask ? a.mask + tk.b * a.mask_sb : nullptr;
         mk.mask_row = a.mask_si;
-        FlashChunk(pb, mk, tk.i0, tiles, dims, qscale, a.dtype, CarveFlash(mine, dims));
+        FlashChunk(pb, mk, tk.i0, tiles, dims, qscale, a.dtype, pairs, native,
+                   CarveFlash(mine, dims));
       });
 }
 
