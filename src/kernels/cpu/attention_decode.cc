@@ -200,7 +200,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
     for (int64_t g = 0; g < G; ++g) {
       float* s = sc.s + g * kDecodeSub;
       const DecodeRowInfo& ri = rows[g];
-      for (int64_t jj = 0; jj < ns; ++jj) {
+      const bool plain = s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
+      for (int64_t jj = 0; jj < (plain ? 0 : ns); ++jj) {  // the common case needs no pass
         const int64_t j = s0 + jj;
         if (j < ri.lo || j > ri.hi) {
           s[jj] = kNegInf;
