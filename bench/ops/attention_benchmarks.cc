@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
+#include <tuple>
 
 #include "bench/ops/runner.h"
 #include "src/kernels/cpu/kernels.h"
@@ -32,53 +33,60 @@ std::string shape_tag(const std::vector<std::pair<const char*, int64_t>>& kv) {
   return s + "]";
 }
 
-// Standard attention over (H, T, D) f32 q, k, v (B = 1, heads-major).
+// Standard attention, f32, what a framework without a fused kernel runs: for each of `batch`
+// independent (kv head) problems, S = q·Kᵀ (M query rows: the g q heads of a GQA group times Tq
+// tokens, stacked, so no K/V is repeated), one pass of scale + causal mask + softmax over each
+// row's visible prefix (zeros after it), O = S·V. q, o: (batch, M, D); k, v: (batch, Tk, D).
 struct UnfusedAttention {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
+  dnnl::memory::desc dq, dkt, ds, dv;
   dnnl::matmul qk, pv;
-  dnnl::memory mq, mk, ms, mv, mo;
   Tensor s;
-  int64_t H, T, D;
+  int64_t batch, M, Tq, Tk, D;
+  bool causal;
   float scale;
   int threads;
-  UnfusedAttention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, int nthreads)
-      : H(q.dim(0)), T(q.dim(1)), D(q.dim(2)), threads(nthreads) {
+  UnfusedAttention(int64_t batch_, int64_t M_, int64_t Tq_, int64_t Tk_, int64_t D_, bool causal_,
+                   int nthreads)
+      : batch(batch_), M(M_), Tq(Tq_), Tk(Tk_), D(D_), causal(causal_), threads(nthreads) {
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    s = Tensor::empty(DType::kF32, {H, T, T});
-    dnnl::memory::desc dq({H, T, D}, dt::f32, tag::abc);
-    dnnl::memory::desc dkt({H, D, T}, dt::f32, tag::acb);  // K (H, T, D) read as Kᵀ
-    dnnl::memory::desc ds({H, T, T}, dt::f32, tag::abc);
-    dnnl::memory::desc dv({H, T, D}, dt::f32, tag::abc);
+    s = Tensor::empty(DType::kF32, {batch, M, Tk});
+    dq = dnnl::memory::desc({batch, M, D}, dt::f32, tag::abc);
+    dkt = dnnl::memory::desc({batch, D, Tk}, dt::f32, tag::acb);  // K (batch, Tk, D) as Kᵀ
+    ds = dnnl::memory::desc({batch, M, Tk}, dt::f32, tag::abc);
+    dv = dnnl::memory::desc({batch, Tk, D}, dt::f32, tag::abc);
     qk = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(dq, dkt, ds), eng));
     pv = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ds, dv, dq), eng));
-    mq = dnnl::memory(dq, eng, q.data());
-    mk = dnnl::memory(dkt, eng, k.data());
-    ms = dnnl::memory(ds, eng, s.data());
-    mv = dnnl::memory(dv, eng, v.data());
-    mo = dnnl::memory(dq, eng, o.data());
   }
-  void operator()() {
-    qk.execute(strm, {{DNNL_ARG_SRC, mq}, {DNNL_ARG_WEIGHTS, mk}, {DNNL_ARG_DST, ms}});
+  void operator()(const void* q, const void* k, const void* v, void* o) {
+    auto mem = [&](const dnnl::memory::desc& d, const void* p) {
+      return dnnl::memory(d, eng, const_cast<void*>(p));
+    };
+    const dnnl::memory ms = mem(ds, s.data());
+    qk.execute(strm,
+               {{DNNL_ARG_SRC, mem(dq, q)}, {DNNL_ARG_WEIGHTS, mem(dkt, k)}, {DNNL_ARG_DST, ms}});
     strm.wait();
     float* S = s.data_as<float>();
-    const int64_t rows = H * T;
+    const int64_t rows = batch * M;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = r % T;
-      float* row = S + r * T;
+      const int64_t i = (r % M) % Tq;
+      const int64_t visible = causal ? std::min(Tk, i + Tk - Tq + 1) : Tk;
+      float* row = S + r * Tk;
       kernels::SoftmaxArgs a;
       a.x = row;
       a.y = row;
-      a.x_rows = a.y_rows = kernels::RowView::contiguous(1, i + 1);
+      a.x_rows = a.y_rows = kernels::RowView::contiguous(1, visible);
       a.scale = scale;
       a.threads = 1;
       kernels::softmax_forward(a);
-      std::memset(row + i + 1, 0, static_cast<size_t>(T - i - 1) * sizeof(float));
+      std::memset(row + visible, 0, static_cast<size_t>(Tk - visible) * sizeof(float));
     }
-    pv.execute(strm, {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mv}, {DNNL_ARG_DST, mo}});
+    pv.execute(strm,
+               {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mem(dv, v)}, {DNNL_ARG_DST, mem(dq, o)}});
     strm.wait();
   }
   double working_bytes() const { return static_cast<double>(s.nbytes()); }
@@ -112,8 +120,9 @@ void prefill_cases(Runner& R) {
     for (int64_t T : lengths) {
       const std::string tag = shape_tag({{"H", sh.H}, {"D", sh.D}, {"T", T}});
       const std::string n32 = "attention_prefill_causal_f32" + tag,
-                        n16 = "attention_prefill_causal_bf16" + tag;
-      if (!R.want(n32) && !R.want(n16)) continue;
+                        n16 = "attention_prefill_causal_bf16" + tag,
+                        nvs = "attention_prefill_causal_bf16_vs_f32" + tag;
+      if (!R.want(n32) && !R.want(n16) && !R.want(nvs)) continue;
       const double pairs = static_cast<double>(T) * static_cast<double>(T + 1) / 2.0;
       const double flops = 4.0 * static_cast<double>(sh.D) * pairs * static_cast<double>(sh.H);
       auto make = [&](DType dt) {
@@ -135,44 +144,50 @@ void prefill_cases(Runner& R) {
       };
       auto f32 = make(DType::kF32);
       const double bytes32 = 4.0 * 4.0 * static_cast<double>(sh.H * T * sh.D);
-      const double work = static_cast<double>(f32.call->ws_size);
-      if (R.want(n32)) {
-        // The unfused twin at T = 8192 and H = 32 needs an 8 GiB score matrix and ~10 s a
-        // call: it runs in the full benchmark only.
-        Tensor q3 = Tensor(TensorDesc::contiguous(DType::kF32, {sh.H, T, sh.D}), f32.q.data());
-        Tensor k3 = Tensor(TensorDesc::contiguous(DType::kF32, {sh.H, T, sh.D}), f32.k.data());
-        Tensor v3 = Tensor(TensorDesc::contiguous(DType::kF32, {sh.H, T, sh.D}), f32.v.data());
-        Tensor o2 = Tensor::empty(DType::kF32, {sh.H, T, sh.D});
-        UnfusedAttention un(q3, k3, v3, o2, R.ctx.num_threads());
-        const double budget = T >= 8192 ? 0.1 : 2.0 * R.budget();
-        const auto [f, u] =
-            time_pair([&] { (*f32.call)(R.ctx); }, [&] { un(); }, budget, T >= 8192 ? 2 : 20);
-        Result r = attention_row(R, n32, DType::kF32, f, flops, bytes32, work);
+      // The unfused twin (f32: oneDNN 2.6 has no bf16 matmul without AVX512_BF16, so it is
+      // also the standard path the bf16 rows are compared with). At T = 8192, H = 32 it needs
+      // an 8 GiB score matrix and ~10 s a call: the full benchmark only.
+      Tensor o2 = Tensor::empty(DType::kF32, {sh.H, T, sh.D});
+      UnfusedAttention un(sh.H, T, T, T, sh.D, true, R.ctx.num_threads());
+      auto unfused = [&] { un(f32.q.data(), f32.k.data(), f32.v.data(), o2.data()); };
+      const double sbytes = 4.0 * static_cast<double>(sh.H) * static_cast<double>(T * T);
+      const double budget = T >= 8192 ? 0.1 : 2.0 * R.budget();
+      const int runs = T >= 8192 ? 2 : 20;
+      const char* bf16_path =
+          cpu_features().avx512_bf16 && sh.D % 2 == 0
+              ? "bf16 pair products (vdpbf16ps), f32 accumulation"
+              : "no bf16 dot instruction on this CPU: bf16 storage, f32 compute";
+      auto vs_unfused = [&](const std::string& name, DType dt, Call& call, double bytes) {
+        const auto [f, u] = time_pair([&] { call(R.ctx); }, unfused, budget, runs);
+        const double work = static_cast<double>(call.ws_size);
+        Result r = attention_row(R, name, dt, f, flops, bytes, work);
         r.baseline = "unfused";
         r.speedup_vs_baseline = u.median / f.median;
-        // Unfused traffic: q, k, v, o once, plus S written and read back twice (f32).
-        const double sbytes = 4.0 * static_cast<double>(sh.H) * static_cast<double>(T * T);
-        r.bytes_ratio_vs_baseline = bytes32 / (bytes32 + 3.0 * sbytes);
-        char note[256];
+        // Unfused traffic: q, k, v, o once (f32), plus S written and read back twice.
+        r.bytes_ratio_vs_baseline = bytes / (bytes32 + 3.0 * sbytes);
+        char note[320];
         std::snprintf(note, sizeof note,
-                      "unfused %.1f ms, working memory flash %.2f MiB vs unfused %.1f MiB; %s",
+                      "unfused (f32) %.1f ms, working memory flash %.2f MiB vs unfused %.1f MiB; "
+                      "%s%s%s",
                       u.median * 1e3, work / 1048576.0, un.working_bytes() / 1048576.0,
-                      f32.call->op->impl_info().c_str());
+                      call.op->impl_info().c_str(), dt == DType::kBF16 ? "; " : "",
+                      dt == DType::kBF16 ? bf16_path : "");
         r.note = note;
         R.emit(r);
-      }
-      if (R.want(n16)) {
-        auto b16 = make(DType::kBF16);
-        const auto [b, f] = time_pair([&] { (*b16.call)(R.ctx); }, [&] { (*f32.call)(R.ctx); },
-                                      T >= 8192 ? 0.1 : 2.0 * R.budget(), T >= 8192 ? 2 : 20);
-        Result r = attention_row(R, n16, DType::kBF16, b, flops, bytes32 / 2.0,
+      };
+      if (R.want(n32)) vs_unfused(n32, DType::kF32, *f32.call, bytes32);
+      if (!R.want(n16) && !R.want(nvs)) continue;
+      auto b16 = make(DType::kBF16);
+      if (R.want(n16)) vs_unfused(n16, DType::kBF16, *b16.call, bytes32 / 2.0);
+      if (R.want(nvs)) {
+        const auto [b, f] =
+            time_pair([&] { (*b16.call)(R.ctx); }, [&] { (*f32.call)(R.ctx); }, budget, runs);
+        Result r = attention_row(R, nvs, DType::kBF16, b, flops, bytes32 / 2.0,
                                  static_cast<double>(b16.call->ws_size));
         r.baseline = "f32";
         r.speedup_vs_baseline = f.median / b.median;
         r.bytes_ratio_vs_baseline = 0.5;
-        r.note = cpu_features().avx512_bf16
-                     ? "bf16 storage, f32 compute"
-                     : "no bf16 dot instruction on this CPU: bf16 storage, f32 compute";
+        r.note = bf16_path;
         R.emit(r);
       }
     }
@@ -213,11 +228,27 @@ void decode_cases(Runner& R) {
                                                  std::vector<Tensor>{o, lse}, R.ctx));
           keep.insert(keep.end(), {kc, vc, o, lse});
         }
-        const Timing t = time_fn(
-            [&] {
-              for (auto& c : calls) (*c)(R.ctx);
-            },
-            R.budget(), 20);
+        auto ours = [&] {
+          for (auto& c : calls) (*c)(R.ctx);
+        };
+        // Unfused twin (f32 caches only: oneDNN 2.6 has no bf16 matmul without AVX512_BF16):
+        // per layer q·Kᵀ over the g q heads of each kv head, softmax, ·V, same caches.
+        Timing t, tu;
+        std::unique_ptr<UnfusedAttention> un;
+        Tensor ou = Tensor::empty(DType::kF32, {1, 1, sh.H, sh.D});
+        if (cdt == DType::kF32) {
+          un = std::make_unique<UnfusedAttention>(sh.Hkv, sh.H / sh.Hkv, 1, L, sh.D, true,
+                                                  R.ctx.num_threads());
+          auto unfused = [&] {
+            for (int l = 0; l < layers; ++l) {
+              const auto& in = calls[static_cast<size_t>(l)]->pack.inputs;
+              (*un)(q.data(), in[1].data(), in[2].data(), ou.data());
+            }
+          };
+          std::tie(t, tu) = time_pair(ours, unfused, 2.0 * R.budget(), 20);
+        } else {
+          t = time_fn(ours, R.budget(), 20);
+        }
         const double per_call = t.median / layers;
         Result r;
         r.name = name;
@@ -230,11 +261,19 @@ void decode_cases(Runner& R) {
         r.gflops = r.flops / per_call / 1e9;
         r.floor_fraction = *r.gbps / R.lim.read_gbps;
         r.working_bytes = static_cast<double>(calls[0]->ws_size);
-        char note[200];
+        if (un) {
+          r.baseline = "unfused";
+          r.speedup_vs_baseline = tu.median / t.median;
+          // Unfused: K and V once, plus the scores written, read back twice (small here).
+          const double sb = 4.0 * static_cast<double>(sh.H * L);
+          r.bytes_ratio_vs_baseline = kv_bytes / (kv_bytes + 3.0 * sb);
+        }
+        char note[240];
         std::snprintf(note, sizeof note,
-                      "%d caches of %.1f MiB rotated (%.2f GiB); measured DRAM read %.1f GB/s",
+                      "%d caches of %.1f MiB rotated (%.2f GiB); measured DRAM read %.1f GB/s%s",
                       layers, kv_bytes / 1048576.0, layers * kv_bytes / 1073741824.0,
-                      R.lim.read_gbps);
+                      R.lim.read_gbps,
+                      un ? "" : "; no unfused twin (oneDNN has no bf16 matmul on this CPU)");
         r.note = note;
         R.emit(r);
       }
