@@ -52,6 +52,10 @@ void check_heads(const Checker& chk, int64_t hq, int64_t hkv) {
                                             "): kv heads must divide heads");
 }
 
+// A window at least as long as any sequence can be is no window: the kernels' mask arithmetic
+// then stays within int32 (INT32_MAX or INT64_MAX is a common way to say "unbounded").
+int64_t unbounded_if_huge(int64_t window) { return window >= kMaxLen ? -1 : window; }
+
 void check_len(const Checker& chk, const char* what, int64_t n) {
   if (n >= kMaxLen)
     chk.fail(ErrorCode::kShapeMismatch, std::string(what) + " " + to_string(n) +
@@ -213,8 +217,8 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
     a.sk = k.dim(sa);
     a.scale = default_scale(param_.scale, a.head_dim);
     a.causal = param_.causal;
-    a.window_left = param_.window_left;
-    a.window_right = param_.window_right;
+    a.window_left = unbounded_if_huge(param_.window_left);
+    a.window_right = unbounded_if_huge(param_.window_right);
     if (param_.custom_mask) {
       const Tensor& m = pack.inputs[static_cast<size_t>(idx_mask())];
       a.mask = m.data_as<const float>();
@@ -334,6 +338,7 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
       chk.dim_eq(2, "value_cache", vc, ax, kc.dim(ax), "(key_cache's)");
     if (vc.dim(3) < 1 || q.dim(3) < 1)
       chk.fail(ErrorCode::kShapeMismatch, "head dims must be >= 1");
+    check_len(chk, "block_size", kc.dim(2));
     if (kc.dim(2) < 1)
       chk.fail(ErrorCode::kShapeMismatch, "input 1 (key_cache) " + kc.shape_string() +
                                               " has block_size 0 (num_blocks, kv_heads, "
@@ -348,6 +353,7 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
       chk.dtype_eq(4, "block_tables", bt, DType::kI32);
       chk.rank(4, "block_tables", bt, 2, 2);
       chk.dim_eq(4, "block_tables", bt, 0, B, "sequences (q's batch)");
+      check_len(chk, "max blocks per sequence", bt.dim(1));
       check_len(chk, "cache capacity", bt.dim(1) * kc.dim(2));
     } else {
       check_len(chk, "cache capacity", kc.dim(2));
@@ -384,7 +390,7 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
     a.block_size = kc.dim(2);
     a.scale = default_scale(param_.scale, a.head_dim);
     a.causal = true;
-    a.window_left = param_.window_left;
+    a.window_left = unbounded_if_huge(param_.window_left);
     a.kv_block = kv_block_;
     a.threads = threads;
     a.force_bf16_pairs = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;

@@ -1322,6 +1322,97 @@ TEST(SelfAttentionOp, ThreadCountDoesNotChangeResults) {
   }
 }
 
+// A sliding window makes each task's key range start mid-sequence; the block grid must not
+// depend on where a task starts (the tiles per task follow the thread count).
+TEST(SelfAttentionOp, WindowResultsDoNotDependOnThreads) {
+  Rng rng;
+  Buffer q = random_tensor(rng, DType::kF32, {1, 1500, 2, 64}, false);
+  Buffer k = random_tensor(rng, DType::kF32, {1, 1500, 2, 64}, false);
+  Buffer v = random_tensor(rng, DType::kF32, {1, 1500, 2, 64}, false);
+  expect_thread_independent(AttentionParam{.causal = true, .window_left = 100},
+                            {q.view, k.view, v.view}, "seed " + std::to_string(rng.seed()));
+}
+
+// Runs an op on inputs with fresh outputs and one context of `threads`.
+std::vector<Tensor> run_fresh(const AnyParam& param, const std::vector<Tensor>& inputs,
+                              size_t* workspace = nullptr) {
+  auto op = create_operation(param);
+  std::vector<TensorDesc> in;
+  for (const Tensor& t : inputs) in.push_back(t.desc());
+  std::vector<Tensor> outs;
+  for (const TensorDesc& d : op->infer_shape(in)) outs.push_back(Tensor::empty(d.dtype, d.shape()));
+  Context ctx;
+  const size_t ws = op->setup({inputs, outs}, ctx);
+  if (workspace) *workspace = ws;
+  op->execute({inputs, outs}, ws ? ctx.workspace(ws) : nullptr, ws, ctx);
+  return outs;
+}
+
+// "No window" is often written as INT32_MAX or INT64_MAX: the same as -1, on the flash path
+// (many queries) and the decode path (one query).
+TEST(SelfAttentionOp, HugeWindowsMeanNoWindow) {
+  for (int64_t sq : {64, 1}) {
+    Rng rng;
+    Buffer q = random_tensor(rng, DType::kF32, {1, sq, 2, 32}, false);
+    Buffer k = random_tensor(rng, DType::kF32, {1, 64, 2, 32}, false);
+    Buffer v = random_tensor(rng, DType::kF32, {1, 64, 2, 32}, false);
+    const std::vector<Tensor> in = {q.view, k.view, v.view};
+    for (bool causal : {true, false}) {
+      const std::vector<Tensor> want = run_fresh(AttentionParam{.causal = causal}, in);
+      for (int64_t w : {int64_t{2147483647}, int64_t{1} << 32, INT64_MAX}) {
+        SCOPED_TRACE("sq " + std::to_string(sq) + " causal " + std::to_string(causal) + " window " +
+                     std::to_string(w));
+        const std::vector<Tensor> got =
+            run_fresh(AttentionParam{.causal = causal, .window_left = w, .window_right = w}, in);
+        for (size_t o = 0; o < got.size(); ++o) {
+          const Compare c = compare(got[o], want[o]);
+          EXPECT_TRUE(c.max_err == 0.0 && c.nonfinite == 0) << "output " << o;
+        }
+      }
+    }
+  }
+}
+
+// Frameworks mask with the most negative finite float, not -inf: such a key is merely
+// improbable, so a row masked that way everywhere is a uniform average (as in float64), not 0.
+TEST(SelfAttentionOp, LowestFloatMaskIsNotMinusInfinity) {
+  for (int64_t sq : {16, 1}) {
+    Rng rng;
+    const int64_t sk = 16, D = 32;
+    Buffer q = random_tensor(rng, DType::kF32, {1, sq, 1, D}, false);
+    Buffer k = random_tensor(rng, DType::kF32, {1, sk, 1, D}, false);
+    Buffer v = random_tensor(rng, DType::kF32, {1, sk, 1, D}, false);
+    Tensor mask = Tensor::zeros(DType::kF32, {sq, sk});
+    for (int64_t j = 0; j < sk; ++j)
+      mask.data_as<float>()[j] = std::numeric_limits<float>::lowest();
+    const std::vector<Tensor> got =
+        run_fresh(AttentionParam{.custom_mask = true}, {q.view, k.view, v.view, mask});
+    SCOPED_TRACE("sq " + std::to_string(sq));
+    EXPECT_TRUE(std::isfinite(got[1].data_as<float>()[0])) << "lse of the masked row";
+    for (int64_t d = 0; d < D; ++d) {
+      double mean = 0.0;
+      for (int64_t j = 0; j < sk; ++j) mean += v.view.data_as<float>()[j * D + d];
+      EXPECT_NEAR(got[0].data_as<float>()[d], mean / sk, 1e-5) << "feature " << d;
+    }
+  }
+}
+
+// Varlen setup knows only the packed total; the decode partials it reserves must scale with the
+// keys that exist, not with batch x total keys.
+TEST(SelfAttentionOp, VarlenWorkspaceScalesWithTokensNotBatchTimesTokens) {
+  Rng rng;
+  const int64_t B = 64, len = 256, T = B * len;
+  Buffer q = random_tensor(rng, DType::kF32, {T, 2, 32}, false);
+  Buffer k = random_tensor(rng, DType::kF32, {T, 2, 32}, false);
+  Buffer v = random_tensor(rng, DType::kF32, {T, 2, 32}, false);
+  std::vector<int64_t> cu;
+  for (int64_t b = 0; b <= B; ++b) cu.push_back(b * len);
+  Tensor cq = int_tensor(DType::kI32, cu, {B + 1}), ck = int_tensor(DType::kI32, cu, {B + 1});
+  size_t ws = 0;
+  run_fresh(AttentionParam{.causal = true, .varlen = true}, {q.view, k.view, v.view, cq, ck}, &ws);
+  EXPECT_LT(ws, size_t{2} << 20) << "workspace bytes for " << T << " packed tokens";
+}
+
 TEST(PagedAttentionOp, ThreadCountDoesNotChangeResults) {
   Rng rng;
   const std::vector<int64_t> ctx = {2900, 40};

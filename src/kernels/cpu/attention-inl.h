@@ -207,13 +207,28 @@ inline int64_t QOff(const AttentionArgs& a, int64_t b, int64_t h, int64_t sb, in
   return (a.cu_q ? a.cu_q[b] * ss : b * sb) + h * sh;
 }
 
+// A custom mask value in the kernels' log2 units. Finite values stay finite (-FLT_MAX, the usual
+// "masked" value of frameworks, would overflow to -inf and hide the key, which only -inf may).
+inline float MaskLog2(float m) {
+  const float v = m * kLog2e;
+  return std::isinf(v) && std::isfinite(m) ? std::copysign(std::numeric_limits<float>::max(), v)
+                                           : v;
+}
+
 // Partial result of one decode chunk for G query rows: m, l, then Dv unnormalized outputs.
 inline int64_t PartialFloats(int64_t Dv) { return Dv + 2; }
 
 inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
 inline bool UseDecode(const AttentionArgs& a) { return a.sq * Group(a) <= kMaxDecodeRows; }
-inline int64_t DecodeChunks(const AttentionArgs& a) {
-  return std::max<int64_t>(1, (a.sk + kDecodeChunk - 1) / kDecodeChunk);
+// Decode chunks of a sequence with n keys (at least one, so a row that sees nothing still
+// gets its partial written).
+inline int64_t ChunksOf(int64_t n) {
+  return std::max<int64_t>(1, (n + kDecodeChunk - 1) / kDecodeChunk);
+}
+// An upper bound of the chunks of all sequences: sk is each sequence's length, or (varlen)
+// the packed total, whose sequences then have at most ceil(total / chunk) + batch chunks.
+inline int64_t ChunksBound(const AttentionArgs& a) {
+  return a.sq_is_bound ? ChunksOf(a.sk) + a.batch : a.batch * ChunksOf(a.sk);
 }
 inline size_t DecodeScratchBytes(const AttentionArgs& a) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
@@ -224,8 +239,9 @@ inline size_t DecodeScratchBytes(const AttentionArgs& a) {
 }
 inline size_t PartialBytes(const AttentionArgs& a) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  const int64_t rows = std::min(Group(a) * a.sq, kMaxDecodeRows);
-  return static_cast<size_t>(a.batch * a.kv_heads * DecodeChunks(a) * rows *
+  // With more than kMaxDecodeRows q heads per kv head the decode path never has rows to keep.
+  const int64_t rows = Group(a) > kMaxDecodeRows ? 0 : std::min(Group(a) * a.sq, kMaxDecodeRows);
+  return static_cast<size_t>(ChunksBound(a) * a.kv_heads * rows *
                              PartialFloats(RoundUp(a.v_head_dim, N))) *
              sizeof(float) +
          64;

@@ -172,8 +172,8 @@ inline void PvBlock(const float* Pt, const float* V, int64_t ldv, int64_t nk, in
 // broadcast straight from the cache row; Qt2 holds the tile's query pairs), PV pairs over the
 // keys (P is rounded to bf16 pairs after the softmax, as flash attention does on GPUs; V is
 // interleaved two rows at a time into V2 once per block). Elsewhere the same layouts run on
-// an exact emulation (two FMAs on the halves), which tests force so the path is checked on any
-// CPU.
+// an emulation of it (two FMAs on the halves, in the instruction's order), which tests force so the
+// path is checked on any CPU.
 using DU = hn::RebindToUnsigned<DF>;
 using VU = hn::Vec<DU>;
 
@@ -188,7 +188,8 @@ using VU = hn::Vec<DU>;
 #define TBOOST_PAIR_ATTR
 #endif
 
-// acc + a.lo·b.lo + a.hi·b.hi per lane (products of bf16 values are exact in f32).
+// acc + a.hi·b.hi + a.lo·b.lo per lane, in vdpbf16ps's order (products of bf16 values are
+// exact in f32; the instruction also flushes denormals, which our kernels do via FTZ/DAZ).
 struct PairDotEmu {
   static TBOOST_PAIR_ATTR HWY_INLINE VF Apply(VF acc, VU a, VU b) {
     const DF d;
@@ -196,7 +197,7 @@ struct PairDotEmu {
     const VU hi = hn::Set(du, 0xFFFF0000u);
     const VF alo = hn::BitCast(d, hn::ShiftLeft<16>(a)), blo = hn::BitCast(d, hn::ShiftLeft<16>(b));
     const VF ahi = hn::BitCast(d, hn::And(a, hi)), bhi = hn::BitCast(d, hn::And(b, hi));
-    return hn::MulAdd(ahi, bhi, hn::MulAdd(alo, blo, acc));
+    return hn::MulAdd(alo, blo, hn::MulAdd(ahi, bhi, acc));
   }
 };
 #if TBOOST_ATTN_BF16_NATIVE
@@ -463,7 +464,7 @@ inline void MaskTile(const Masker& mk, int64_t i0, int64_t nq, int64_t jb, int64
   if (mk.mask) {
     for (int64_t ii = 0; ii < nq; ++ii) {
       const float* mrow = mk.mask + (i0 + ii) * mk.mask_row + jb;
-      for (int64_t jj = 0; jj < nk; ++jj) St[jj * br + ii] += mrow[jj] * kLog2e;
+      for (int64_t jj = 0; jj < nk; ++jj) St[jj * br + ii] += MaskLog2(mrow[jj]);
     }
   }
 }
@@ -527,7 +528,9 @@ void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_til
     full_lo[t] = mk.vis.lo(i0 + nqt[t] - 1);
     full_hi[t] = mk.vis.hi(i0, pb.sk);
   }
-  const int64_t jlo = lo[0], jhi = hi[tiles - 1] + 1;
+  // Blocks on a grid anchored at key 0, whatever the chunk: results then do not depend on how
+  // queries were split into tasks (which follows the thread count).
+  const int64_t jlo = lo[0] / f.Bc * f.Bc, jhi = hi[tiles - 1] + 1;
   const bool extra = mk.slope2 != 0.0f || mk.mask != nullptr;
   PrefetchRows(pb.k, jlo, std::min(jhi, jlo + f.Bc));
   PrefetchRows(pb.v, jlo, std::min(jhi, jlo + f.Bc));
@@ -601,12 +604,16 @@ void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_til
 // ---- driver -------------------------------------------------------------------------------
 
 // Whole micro-kernel row groups per key block (a user-set MM_BLOCK_SIZE need not be one).
-inline int64_t EffBlock(int64_t bc) { return std::max<int64_t>(kR, bc / kR * kR); }
+int64_t AttentionKvBlock(int64_t head_dim, int64_t v_head_dim);
+inline int64_t EffBlock(const AttentionArgs& a) {
+  const int64_t bc = a.kv_block > 0 ? a.kv_block : AttentionKvBlock(a.head_dim, a.v_head_dim);
+  return std::max<int64_t>(kR, bc / kR * kR);
+}
 
 // The same for every context length up to a.sk and every sq up to a.sq, so setup can size the
 // workspace before the data says which path a call takes.
 inline size_t PerThreadBytes(const AttentionArgs& a) {
-  return std::max(FlashScratchBytes(FlashDims(a.head_dim, a.v_head_dim, EffBlock(a.kv_block))),
+  return std::max(FlashScratchBytes(FlashDims(a.head_dim, a.v_head_dim, EffBlock(a))),
                   DecodeScratchBytes(a));
 }
 
@@ -618,9 +625,9 @@ size_t AttentionWorkspace(const AttentionArgs& a) {
 }
 
 void FlashForward(const AttentionArgs& a, char* ws) {
-  const int64_t br = Br(), D = a.head_dim, Dv = a.v_head_dim, Bc = a.kv_block;
+  const int64_t br = Br(), D = a.head_dim, Dv = a.v_head_dim;
   // Whole micro-kernel row groups per block (a user-set MM_BLOCK_SIZE need not be a multiple).
-  const FlashDims dims(D, Dv, EffBlock(Bc));
+  const FlashDims dims(D, Dv, EffBlock(a));
   // Fewer tiles per task when that is what it takes to give every thread several tasks.
   int64_t all_tiles = 0;
   for (int64_t b = 0; b < a.batch; ++b) all_tiles += (SeqOf(a, b).sq + br - 1) / br * a.heads;

@@ -208,7 +208,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
           continue;
         }
         if (ri.slope2 != 0.0f) s[jj] -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
-        if (ri.mask) s[jj] += ri.mask[j] * kLog2e;
+        if (ri.mask) s[jj] += MaskLog2(ri.mask[j]);
       }
       float* pr = part + g * P;
       VF mb = hn::Set(d, kNegInf);
@@ -250,7 +250,11 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t D = a.head_dim, Dv = a.v_head_dim, g = Group(a);
   const int64_t Gmax = g * a.sq, Dvp = RoundUp(Dv, N), P = PartialFloats(Dvp);
-  const int64_t chunks = DecodeChunks(a);
+  // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
+  // partials take space for the keys that exist, not for batch x the longest sequence.
+  std::vector<int64_t> first(static_cast<size_t>(a.batch) + 1, 0);
+  for (int64_t b = 0; b < a.batch; ++b)
+    first[static_cast<size_t>(b) + 1] = first[static_cast<size_t>(b)] + ChunksOf(SeqOf(a, b).sk);
   const int64_t qes = static_cast<int64_t>(dtype_size(a.dtype));
   const size_t per = per_thread;
   float* parts = reinterpret_cast<float*>(
@@ -273,9 +277,11 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       }
     }
   };
-  const int64_t ntasks = a.batch * a.kv_heads * chunks;
+  const int64_t ntasks = first.back() * a.kv_heads;  // task t: chunk t / Hkv, kv head t % Hkv
   RunTasks(a.threads, a.ftz, ntasks, ws, per, [&](int64_t t, char* mine) {
-    const int64_t c = t % chunks, bk = t / chunks, kvh = bk % a.kv_heads, b = bk / a.kv_heads;
+    const int64_t chunk = t / a.kv_heads, kvh = t % a.kv_heads;
+    const int64_t b = std::upper_bound(first.begin(), first.end(), chunk) - first.begin() - 1;
+    const int64_t c = chunk - first[static_cast<size_t>(b)];
     const Seq s = SeqOf(a, b);
     DecodeRowInfo rows[kMaxDecodeRows];
     rows_of(b, kvh, s, rows);
@@ -306,18 +312,20 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     for (int64_t bk = r0; bk < r1; ++bk) {
       const int64_t b = bk / a.kv_heads, kvh = bk % a.kv_heads;
       const Seq s = SeqOf(a, b);
+      const int64_t c_begin = first[static_cast<size_t>(b)],
+                    c_end = first[static_cast<size_t>(b) + 1];
       for (int64_t hl = 0; hl < g; ++hl) {
         const int64_t h = kvh * g + hl;
         for (int64_t i = 0; i < s.sq; ++i) {
           const int64_t r = hl * s.sq + i;
           float M = kNegInf;
-          for (int64_t c = 0; c < chunks; ++c)
-            M = std::max(M, parts[((bk * chunks + c) * Gmax + r) * P]);
+          for (int64_t c = c_begin; c < c_end; ++c)
+            M = std::max(M, parts[((c * a.kv_heads + kvh) * Gmax + r) * P]);
           std::fill(out.begin(), out.end(), 0.0f);
           float L = 0.0f;
           if (M != kNegInf) {
-            for (int64_t c = 0; c < chunks; ++c) {
-              const float* pr = parts + ((bk * chunks + c) * Gmax + r) * P;
+            for (int64_t c = c_begin; c < c_end; ++c) {
+              const float* pr = parts + ((c * a.kv_heads + kvh) * Gmax + r) * P;
               if (pr[0] == kNegInf) continue;
               const float w = std::exp2(pr[0] - M);
               L += pr[1] * w;
@@ -337,7 +345,5 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   });
 }
 
-// Keys per block from the cache sizes: St (Bc x Br f32) within a quarter of L1, beside the
-// tile's Qt and output rows, and one K and V block (Bc x (D + Dv) f32) within a quarter of L2,
 }  // namespace tboost::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -175,7 +175,7 @@ struct AttentionArgs {
   const float* alibi = nullptr;  // (heads) slopes, or null
   const float* mask = nullptr;   // additive: mask + b*mask_sb + i*mask_si + j, or null
   int64_t mask_sb = 0, mask_si = 0;
-  int64_t kv_block = 0;  // keys per tile (0: derived from the cache sizes)
+  int64_t kv_block = 0;  // keys per block (0: derived from the cache sizes)
   // bf16 q, k and v: run the prefill products as bf16 pair dots even without the instruction
   // (vdpbf16ps, AVX512_BF16), emulated; tests use it to check that path on any CPU.
   bool force_bf16_pairs = false;
