@@ -15,7 +15,8 @@
 //                [cu[b], cu[b+1]) of the packed q / k, v (no padding is computed)
 //   alibi:       slopes (Hq) f32
 //   custom_mask: additive f32 mask (Sq, Sk) or (B or 1, 1, Sq, Sk), broadcast over heads
-//                (prefix-LM, cross-modal, padding masks); -inf entries hide a key
+//                (prefix-LM, cross-modal, padding masks); -inf entries hide a key (a finite
+//                entry, even -FLT_MAX, only makes it improbable, as in exact arithmetic)
 // Outputs: 0 o with q's layout and dtype and head dim Dv;
 //          1 lse f32, the natural-log log-sum-exp of each row's scaled, biased scores:
 //            (B, Hq, Sq), or (Hq, Tq) for varlen. Kept for the backward pass.
@@ -26,6 +27,7 @@
 //   causal:            j <= i + Sk - Sq
 //   window_left  >= 0: j >= i + Sk - Sq - window_left    (sliding window)
 //   window_right >= 0: j <= i + Sk - Sq + window_right
+// (a window of 2^30 or more, e.g. INT32_MAX, is the same as -1: no sequence is that long)
 // Score of a visible key: scale * q.k  - slope * |i + Sk - Sq - j| (alibi)  + mask[i][j].
 // A row with no visible key (or only -inf ones) outputs zeros and lse = -inf, never NaN.
 //
