@@ -14,6 +14,8 @@ ctest --preset release -j 1
 
 echo "== bench CLI smoke run"
 ./build/release/tools/tboost/tboost bench-ops --quick --filter 'limits|rmsnorm_f32' --json >/dev/null
+./build/release/tools/tboost/tboost bench-ops --quick --json \
+  --filter 'attention_prefill_causal_bf16_vs_f32\[H=12|decode_attention_f32cache\[H=32,Hkv=8' >/dev/null
 
 echo "== install + consumer example"
 rm -rf build/install build/consumer
