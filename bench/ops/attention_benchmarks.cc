@@ -110,15 +110,20 @@ Result attention_row(Runner& R, const std::string& name, DType dt, const Timing&
 
 void prefill_cases(Runner& R) {
   struct Shp {
-    int64_t H, D;
+    int64_t H, Hkv, D;
+    bool long_too;  // also T = 512 and 8192 (the GQA shape runs at 2048 only)
   };
-  const Shp shapes[] = {{12, 64}, {32, 128}};
-  std::vector<int64_t> lengths = {512, 2048, 8192};
-  if (R.opt.quick) lengths = {512};
+  const Shp shapes[] = {{12, 12, 64, true}, {32, 32, 128, true}, {32, 8, 128, false}};
   omp_set_num_threads(R.ctx.num_threads());
   for (const Shp& sh : shapes) {
+    std::vector<int64_t> lengths = {512, 2048, 8192};
+    if (!sh.long_too) lengths = {2048};
+    if (R.opt.quick) lengths = {512};
     for (int64_t T : lengths) {
-      const std::string tag = shape_tag({{"H", sh.H}, {"D", sh.D}, {"T", T}});
+      // MHA shapes keep their earlier names; GQA ones add Hkv.
+      const std::string tag =
+          sh.Hkv == sh.H ? shape_tag({{"H", sh.H}, {"D", sh.D}, {"T", T}})
+                         : shape_tag({{"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D}, {"T", T}});
       const std::string n32 = "attention_prefill_causal_f32" + tag,
                         n16 = "attention_prefill_causal_bf16" + tag,
                         nvs = "attention_prefill_causal_bf16_vs_f32" + tag;
@@ -131,8 +136,8 @@ void prefill_cases(Runner& R) {
           std::unique_ptr<Call> call;
         } s;
         s.q = filled(dt, {1, sh.H, T, sh.D}, 1);
-        s.k = filled(dt, {1, sh.H, T, sh.D}, 2);
-        s.v = filled(dt, {1, sh.H, T, sh.D}, 3);
+        s.k = filled(dt, {1, sh.Hkv, T, sh.D}, 2);
+        s.v = filled(dt, {1, sh.Hkv, T, sh.D}, 3);
         s.o = Tensor::empty(dt, {1, sh.H, T, sh.D});
         s.lse = Tensor::empty(DType::kF32, {1, sh.H, T});
         AttentionParam p;
@@ -143,12 +148,13 @@ void prefill_cases(Runner& R) {
         return s;
       };
       auto f32 = make(DType::kF32);
-      const double bytes32 = 4.0 * 4.0 * static_cast<double>(sh.H * T * sh.D);
+      const double bytes32 = 4.0 * 2.0 * static_cast<double>((sh.H + sh.Hkv) * T * sh.D);
       // The unfused twin (f32: oneDNN 2.6 has no bf16 matmul without AVX512_BF16, so it is
       // also the standard path the bf16 rows are compared with). At T = 8192, H = 32 it needs
       // an 8 GiB score matrix and ~10 s a call: the full benchmark only.
       Tensor o2 = Tensor::empty(DType::kF32, {sh.H, T, sh.D});
-      UnfusedAttention un(sh.H, T, T, T, sh.D, true, R.ctx.num_threads());
+      // GQA: the g q heads of a kv head are stacked as rows (M = g·T), so no K/V is repeated.
+      UnfusedAttention un(sh.Hkv, sh.H / sh.Hkv * T, T, T, sh.D, true, R.ctx.num_threads());
       auto unfused = [&] { un(f32.q.data(), f32.k.data(), f32.v.data(), o2.data()); };
       const double sbytes = 4.0 * static_cast<double>(sh.H) * static_cast<double>(T * T);
       const double budget = T >= 8192 ? 0.1 : 2.0 * R.budget();
