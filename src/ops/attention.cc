@@ -22,17 +22,12 @@ using std::to_string;
 // Lengths travel as int32 lanes inside the mask arithmetic.
 constexpr int64_t kMaxLen = int64_t{1} << 30;
 
-// Copies an int tensor of any view into int32 values.
+// Copies an i32 tensor of any view (validated by the caller) into a vector.
 std::vector<int32_t> read_i32(const Tensor& t) {
   std::vector<int32_t> out(static_cast<size_t>(t.numel()));
   const RowView ev = element_view(t.desc());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const int64_t off = ev.offset(i);
-    out[static_cast<size_t>(i)] = t.dtype() == DType::kI64
-                                      ? static_cast<int32_t>(std::clamp<int64_t>(
-                                            t.data_as<const int64_t>()[off], INT32_MIN, INT32_MAX))
-                                      : t.data_as<const int32_t>()[off];
-  }
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[static_cast<size_t>(i)] = t.data_as<const int32_t>()[ev.offset(i)];
   return out;
 }
 
@@ -45,11 +40,15 @@ void check_scale(const Checker& chk, float scale) {
             "scale must be finite (0 means 1/sqrt(head_dim)), got " + to_string(scale));
 }
 
-void check_heads(const Checker& chk, int64_t hq, int64_t hkv) {
+// q (input 0) against the kv heads of input kv_input (k or the key cache).
+void check_heads(const Checker& chk, const TensorDesc& q, int64_t hq, int kv_input,
+                 const char* kv_role, const TensorDesc& kv, int64_t hkv) {
   if (hkv < 1 || hq % hkv != 0)
-    chk.fail(ErrorCode::kShapeMismatch, "q heads (" + to_string(hq) +
-                                            ") must be a multiple of kv heads (" + to_string(hkv) +
-                                            "): kv heads must divide heads");
+    chk.fail(ErrorCode::kShapeMismatch,
+             "q heads (" + to_string(hq) + ", input 0 (q) " + q.shape_string() +
+                 ") must be a multiple of kv heads (" + to_string(hkv) + ", input " +
+                 to_string(kv_input) + " (" + kv_role + ") " + kv.shape_string() +
+                 "): kv heads must divide heads");
 }
 
 // A window at least as long as any sequence can be is no window: the kernels' mask arithmetic
@@ -63,11 +62,54 @@ void check_len(const Checker& chk, const char* what, int64_t n) {
                                             ")");
 }
 
+// What SelfAttention and PagedAttention share: both run kernels::attention_forward; setup
+// picks the kernel and the key block and sizes the workspace for its thread count, and
+// execute starts from the same planned arguments. Each op says how its pack maps onto the
+// kernel's arguments (args_of) and adds what only the data tells at execute.
+template <class P>
+class AttentionOpBase : public OpBase<P> {
+ public:
+  using OpBase<P>::OpBase;
+
+ protected:
+  virtual kernels::AttentionArgs args_of(const VariantPack& pack) const = 0;
+
+  // args_of plus the plan of the last setup; threads never above setup's (the workspace was
+  // sized for them).
+  kernels::AttentionArgs planned(const VariantPack& pack, const Context& ctx) const {
+    kernels::AttentionArgs a = args_of(pack);
+    a.kv_block = kv_block_;
+    a.threads = std::min(threads_, ctx.num_threads());
+    a.ftz = ctx.flush_denormals();
+    a.force_bf16_pairs = force_bf16_pairs_;
+    return a;
+  }
+
+  size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) override {
+    chk.last_dim_contiguous(0, "o", pack.outputs[0].desc());
+    kernel_ = get_kernel<decltype(kernels::attention_forward)>(
+        this->name(), ctx.device(), pack.inputs[0].dtype(), &this->impl_);
+    kv_block_ = kernels::attention_kv_block(pack.inputs[0].dim(-1), pack.inputs[2].dim(-1));
+    this->impl_ += ", key block " + to_string(kv_block_);
+    threads_ = ctx.num_threads();
+    force_bf16_pairs_ = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;
+    return kernels::attention_workspace(planned(pack, ctx));
+  }
+
+  void run(const kernels::AttentionArgs& a, void* ws) const { kernel_(a, ws); }
+
+ private:
+  decltype(kernels::attention_forward)* kernel_ = nullptr;
+  int64_t kv_block_ = 0;
+  int threads_ = 1;
+  bool force_bf16_pairs_ = false;
+};
+
 // ---- SelfAttention ----------------------------------------------------------------------
 
-class SelfAttentionOp : public OpBase<ops::AttentionParam> {
+class SelfAttentionOp : public AttentionOpBase<ops::AttentionParam> {
  public:
-  using OpBase::OpBase;
+  using AttentionOpBase::AttentionOpBase;
   const char* name() const override { return "SelfAttention"; }
 
   int idx_cu() const { return 3; }
@@ -124,7 +166,7 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
     const TensorDesc &q = in[0], &k = in[1], &v = in[2];
     chk.dtype_eq(2, "v", v, k.dtype, "v must have k's dtype");
     const int ha = head_axis(), sa = seq_axis();
-    check_heads(chk, q.dim(ha), k.dim(ha));
+    check_heads(chk, q, q.dim(ha), 1, "k", k, k.dim(ha));
     chk.dim_eq(1, "k", k, -1, q.dim(-1), "head dim (q's)");
     chk.dim_eq(2, "v", v, ha, k.dim(ha), "kv heads (k's)");
     chk.dim_eq(2, "v", v, sa, k.dim(sa), "keys (k's length)");
@@ -178,7 +220,7 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
     return {TensorDesc::contiguous(q.dtype, o), TensorDesc::contiguous(DType::kF32, lse)};
   }
 
-  kernels::AttentionArgs args_of(const VariantPack& pack, int threads) const {
+  kernels::AttentionArgs args_of(const VariantPack& pack) const override {
     const Tensor &q = pack.inputs[0], &k = pack.inputs[1], &v = pack.inputs[2];
     const Tensor &o = pack.outputs[0], &lse = pack.outputs[1];
     const int ha = head_axis(), sa = seq_axis();
@@ -225,27 +267,12 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
       a.mask_sb = m.ndim() == 4 && m.dim(0) > 1 ? m.stride(0) : 0;
       a.mask_si = m.stride(-2);
     }
-    a.kv_block = kv_block_;
-    a.threads = threads;
-    a.force_bf16_pairs = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;
     return a;
-  }
-
-  size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) override {
-    chk.last_dim_contiguous(0, "o", pack.outputs[0].desc());
-    kernel_ = get_kernel<decltype(kernels::attention_forward)>(name(), ctx.device(),
-                                                               pack.inputs[0].dtype(), &impl_);
-    kv_block_ = kernels::attention_kv_block(pack.inputs[0].dim(-1), pack.inputs[2].dim(-1));
-    impl_ += ", key block " + to_string(kv_block_);
-    threads_ = ctx.num_threads();
-    return kernels::attention_workspace(args_of(pack, threads_));
   }
 
   void do_execute(const VariantPack& pack, void* ws, Context& ctx) override {
     const Checker chk(name());
-    // The workspace was sized for setup's thread count.
-    kernels::AttentionArgs a = args_of(pack, std::min(threads_, ctx.num_threads()));
-    a.ftz = ctx.flush_denormals();
+    kernels::AttentionArgs a = planned(pack, ctx);
     std::vector<int32_t> cu_q, cu_k;
     std::vector<float> slopes;
     if (param_.varlen) {
@@ -287,20 +314,15 @@ class SelfAttentionOp : public OpBase<ops::AttentionParam> {
         slopes[static_cast<size_t>(i)] = s.data_as<const float>()[ev.offset(i)];
       a.alibi = slopes.data();
     }
-    kernel_(a, ws);
+    run(a, ws);
   }
-
- private:
-  decltype(kernels::attention_forward)* kernel_ = nullptr;
-  int64_t kv_block_ = 0;
-  int threads_ = 1;
 };
 
 // ---- PagedAttention ---------------------------------------------------------------------
 
-class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
+class PagedAttentionOp : public AttentionOpBase<ops::PagedAttentionParam> {
  public:
-  using OpBase::OpBase;
+  using AttentionOpBase::AttentionOpBase;
   const char* name() const override { return "PagedAttention"; }
   std::string input_role(size_t i) const override {
     static const char* r[] = {"q", "key_cache", "value_cache", "context_lens", "block_tables"};
@@ -332,12 +354,13 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
     chk.dtype_eq(2, "value_cache", vc, kc.dtype, "the caches share a dtype");
     chk.last_dim_contiguous(2, "value_cache", vc);
     const int64_t B = q.dim(0), hq = q.dim(2), hkv = kc.dim(1);
-    check_heads(chk, hq, hkv);
+    check_heads(chk, q, hq, 1, "key_cache", kc, hkv);
     chk.dim_eq(1, "key_cache", kc, 3, q.dim(3), "head dim (q's)");
     for (int ax = 0; ax < 3; ++ax)
       chk.dim_eq(2, "value_cache", vc, ax, kc.dim(ax), "(key_cache's)");
     if (vc.dim(3) < 1 || q.dim(3) < 1)
-      chk.fail(ErrorCode::kShapeMismatch, "head dims must be >= 1");
+      chk.fail(ErrorCode::kShapeMismatch, "head dims must be >= 1, got q " + q.shape_string() +
+                                              ", value_cache " + vc.shape_string());
     check_len(chk, "block_size", kc.dim(2));
     if (kc.dim(2) < 1)
       chk.fail(ErrorCode::kShapeMismatch, "input 1 (key_cache) " + kc.shape_string() +
@@ -368,7 +391,7 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
     return param_.paged ? pack.inputs[4].dim(1) * bs : bs;
   }
 
-  kernels::AttentionArgs args_of(const VariantPack& pack, int threads) const {
+  kernels::AttentionArgs args_of(const VariantPack& pack) const override {
     const Tensor &q = pack.inputs[0], &kc = pack.inputs[1], &vc = pack.inputs[2];
     const Tensor &o = pack.outputs[0], &lse = pack.outputs[1];
     kernels::AttentionArgs a;
@@ -391,27 +414,12 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
     a.scale = default_scale(param_.scale, a.head_dim);
     a.causal = true;
     a.window_left = unbounded_if_huge(param_.window_left);
-    a.kv_block = kv_block_;
-    a.threads = threads;
-    a.force_bf16_pairs = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;
     return a;
-  }
-
-  size_t do_setup(const VariantPack& pack, Context& ctx, const Checker& chk) override {
-    chk.last_dim_contiguous(0, "o", pack.outputs[0].desc());
-    kernel_ = get_kernel<decltype(kernels::attention_forward)>(name(), ctx.device(),
-                                                               pack.inputs[0].dtype(), &impl_);
-    kv_block_ = kernels::attention_kv_block(pack.inputs[0].dim(-1), pack.inputs[2].dim(-1));
-    impl_ += ", key block " + to_string(kv_block_);
-    threads_ = ctx.num_threads();
-    return kernels::attention_workspace(args_of(pack, threads_));
   }
 
   void do_execute(const VariantPack& pack, void* ws, Context& ctx) override {
     const Checker chk(name());
-    // The workspace was sized for setup's thread count.
-    kernels::AttentionArgs a = args_of(pack, std::min(threads_, ctx.num_threads()));
-    a.ftz = ctx.flush_denormals();
+    kernels::AttentionArgs a = planned(pack, ctx);
     const int64_t cap = capacity(pack), sq = a.sq, bs = a.block_size;
     const int64_t nblocks = pack.inputs[1].dim(0);
     const std::vector<int32_t> lens = read_i32(pack.inputs[3]);
@@ -447,13 +455,8 @@ class PagedAttentionOp : public OpBase<ops::PagedAttentionParam> {
       a.block_table = table.data();
       a.bt_stride = pack.inputs[4].dim(1);
     }
-    kernel_(a, ws);
+    run(a, ws);
   }
-
- private:
-  decltype(kernels::attention_forward)* kernel_ = nullptr;
-  int64_t kv_block_ = 0;
-  int threads_ = 1;
 };
 
 // ---- ReshapeAndCache ----------------------------------------------------------------------

@@ -438,8 +438,7 @@ TEST(LinearOp, WeightOverlappingOutputIsRejected) {
     run_operation(*op, {{x.view, w.view}, {w.view}}, ctx);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("overlaps input 1 (weight)"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("overlaps input 1 (weight)"), std::string::npos)
         << e.what();
   }
 }
