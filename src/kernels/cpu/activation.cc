@@ -39,22 +39,12 @@ HWY_INLINE V Recip(D d, V x) {
 // times 2^n built in the exponent bits. 10 instructions.
 template <class D, class V>
 HWY_INLINE V FastExp(D d, V x) {
-  const hn::RebindToSigned<D> di;
-  // Adding 1.5·2^23 rounds x·log2(e) to an integer n held in the low mantissa bits: n as a
-  // float is t - shifter and 2^n is those bits shifted into the exponent (no round/convert).
-  const V shifter = hn::Set(d, 12582912.0f);
-  const V t = hn::MulAdd(x, hn::Set(d, 1.44269504088896341f), shifter);
+  const V shifter = hn::Set(d, kShifter);
+  const V t = hn::MulAdd(x, hn::Set(d, 1.44269504088896341f), shifter);  // n = round(x·log2 e)
   const V n = hn::Sub(t, shifter);
   V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), x);
   r = hn::NegMulAdd(n, hn::Set(d, 1.428606765330187e-06f), r);
-  V p = hn::Set(d, 1.0f / 120.0f);
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
-  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127 - 0x4B400000)));
-  return hn::Mul(p, hn::BitCast(d, bits));
+  return hn::Mul(ExpTaylor<5>(d, r), Pow2FromShifted(d, t));
 }
 
 // 1 / (1 + e^(-z))

@@ -54,21 +54,12 @@ inline size_t Align64(size_t n) { return (n + 63) & ~size_t{63}; }
 // score) contributes nothing. Degree-6 polynomial of e^r, r = f·ln2, |f| <= 1/2: relative
 // error ~1.2e-7.
 HWY_INLINE VF Exp2(DF d, VF x) {
-  const hn::RebindToSigned<DF> di;
   const VF xc = hn::Max(x, hn::Set(d, -127.0f));
-  const VF shifter = hn::Set(d, 12582912.0f);  // 1.5·2^23: adding it rounds to an integer
-  const VF t = hn::Add(xc, shifter);
-  const VF n = hn::Sub(t, shifter);
-  const VF r = hn::Mul(hn::Sub(xc, n), hn::Set(d, kLn2));
-  VF p = hn::Set(d, 1.0f / 720.0f);
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120.0f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
-  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127 - 0x4B400000)));
-  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -126.0f)), hn::Mul(p, hn::BitCast(d, bits)));
+  const VF shifter = hn::Set(d, kShifter);
+  const VF t = hn::Add(xc, shifter);  // n = round(x)
+  const VF r = hn::Mul(hn::Sub(xc, hn::Sub(t, shifter)), hn::Set(d, kLn2));
+  const VF y = hn::Mul(ExpTaylor<6>(d, r), Pow2FromShifted(d, t));
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -126.0f)), y);
 }
 // ---- addressing -----------------------------------------------------------------------------
 

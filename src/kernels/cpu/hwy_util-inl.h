@@ -111,6 +111,31 @@ HWY_INLINE void StoreN(D d, hn::Vec<D> v, T* p, int64_t n) {
   }
 }
 
+// The two halves of our fast exponentials (FastExp for the activations, Exp2 for attention).
+// ShiftedRound: x + 1.5·2^23 holds round(x) in its low mantissa bits (for |x| < 2^22), so
+// n = t - 1.5·2^23 is round(x) as a float and Pow2FromShifted(t) is 2^n built in the exponent
+// bits, without a float-to-int conversion. Valid for n in [-126, 127].
+constexpr float kShifter = 12582912.0f;
+template <class D>
+HWY_INLINE hn::Vec<D> Pow2FromShifted(D d, hn::Vec<D> t) {
+  const hn::RebindToSigned<D> di;
+  return hn::BitCast(d,
+                     hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127 - 0x4B400000))));
+}
+// e^r by its Taylor polynomial of kDegree (5 or 6), Horner form; for |r| <= ln2/2 the relative
+// error is < 2.5e-6 (degree 5) or ~1.2e-7 (degree 6).
+template <int kDegree, class D>
+HWY_INLINE hn::Vec<D> ExpTaylor(D d, hn::Vec<D> r) {
+  static_assert(kDegree == 5 || kDegree == 6, "degree 5 or 6");
+  hn::Vec<D> p = hn::Set(d, 1.0f / 120.0f);
+  if constexpr (kDegree == 6) p = hn::MulAdd(hn::Set(d, 1.0f / 720.0f), r, p);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+  return hn::MulAdd(p, r, hn::Set(d, 1.0f));
+}
+
 template <class D>
 HWY_INLINE float ReduceSumF(D d, hn::Vec<D> v) {
   return hn::GetLane(hn::SumOfLanes(d, v));
