@@ -1188,6 +1188,15 @@ TEST(SelfAttentionOp, Bf16PairPathMatchesFloat64Reference) {
 TEST(SelfAttentionOp, SmallKeyBlocksMatchFloat64Reference) {
   for (const char* block : {"7", "13"}) {
     setenv("MM_BLOCK_SIZE", block, 1);
+    {  // the override reaches the op (else this test would only repeat the default cases)
+      Tensor q = Tensor::zeros(DType::kF32, {1, 4, 1, 8});
+      Tensor lse = Tensor::empty(DType::kF32, {1, 1, 4});
+      auto op = create_operation(AttentionParam{});
+      Context ctx;
+      op->setup({{q, q, q}, {Tensor::empty(DType::kF32, {1, 4, 1, 8}), lse}}, ctx);
+      EXPECT_NE(op->impl_info().find(std::string("key block ") + block), std::string::npos)
+          << op->impl_info();
+    }
     int ran = 0;
     for (const auto& cases : {self_attention_cases(), paged_attention_cases()})
       for (const CaseSpec& c : cases) {
