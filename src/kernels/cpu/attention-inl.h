@@ -89,11 +89,14 @@ struct KvRows {
 
 // Asks for rows [j0, j1) to be brought into L2 while the current block computes: the packing
 // reads each row once, so without this every K and V row's first touch stalls the core.
+// The cache lines of one row of `bytes`, into L2.
+HWY_INLINE void PrefetchRow(const char* row, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
+}
 inline void PrefetchRows(const KvRows& kv, int64_t j0, int64_t j1) {
   const int64_t bytes = kv.cols * static_cast<int64_t>(dtype_size(kv.dtype));
   kv.spans(j0, j1, [&](const char* row, int64_t n, int64_t) {
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + t * kv.row_bytes + b, 0, 2);
+    for (int64_t t = 0; t < n; ++t) PrefetchRow(row + t * kv.row_bytes, bytes);
   });
 }
 

@@ -39,9 +39,6 @@ constexpr int64_t kPrefetchBytes = 8 << 10;
 HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
   return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
 }
-HWY_INLINE void PrefetchRow(const char* row, int64_t bytes) {
-  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
-}
 
 // Keys dotted at once for G query rows: G·KK accumulators (at most 8, so they, the KK key
 // vectors and one query vector fit AVX2's 16 registers) and independent FMA chains.
