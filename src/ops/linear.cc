@@ -25,8 +25,6 @@
 // constant_weight: the primitive is created with weights format_tag::any and the weight is
 // reordered once into the layout oneDNN prefers (re-packed when the weight pointer changes).
 // When that layout is the weight's own, it is used in place and nothing is copied.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -37,6 +35,7 @@
 #include <vector>
 
 #include "src/core/parallel.h"
+#include "src/ops/dnnl_util.h"
 #include "src/ops/op_base.h"
 #include "src/ops/ops.h"
 
@@ -47,40 +46,6 @@ using ops::Activation;
 using ops::LinearParam;
 using mdt = dnnl::memory::data_type;
 using md_t = dnnl::memory::desc;
-
-// One engine for the process: engines are thread-safe and creating one costs a CPU probe.
-dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// oneDNN's OpenMP runtime sizes its team (and, at creation, its scratchpad) from
-// omp_get_max_threads(); the Context's count is applied for the duration of a call.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
-    omp_set_num_threads(std::max(1, n));
-  }
-  ~OmpThreads() { omp_set_num_threads(saved_); }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_;
-};
-
-mdt dnnl_type(DType t) {
-  switch (t) {
-    case DType::kBF16:
-      return mdt::bf16;
-    case DType::kF16:
-      return mdt::f16;
-    default:
-      return mdt::f32;
-  }
-}
-
-size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // Rows oneDNN can address with one leading dimension, without rows overlapping.
 bool rows_addressable(const RowView& r) {
@@ -121,13 +86,11 @@ void copy_rows(void* dst, DType dt_dst, const RowView& dst_rows, const void* src
 }
 
 // Everything that decides the primitive and the staging. Two equal plans share a primitive.
-struct Plan {
+// dtype: that of x, weight, residual and y.
+struct Plan : PlanBase {
   LinearParam param;
   int64_t M = 0, K = 0, N = 0;
-  DType dtype = DType::kF32;  // x, weight, residual, y
   DType bias_dtype = DType::kF32;
-  bool native = true;  // oneDNN computes in `dtype`; false: in f32
-  int threads = 1;
   // Leading dims of what oneDNN sees, in elements: x's row stride (its K-row stride when
   // transpose_a), the weight's row stride, y's, the residual's.
   int64_t ld_x = 0, ld_w = 0, ld_y = 0, ld_res = 0;
@@ -139,7 +102,6 @@ struct Plan {
   size_t off_x = 0, off_w = 0, off_bias = 0, off_res = 0, off_y = 0, ws_bytes = 0;
   bool operator==(const Plan&) const = default;
 
-  DType compute() const { return native ? dtype : DType::kF32; }
   bool stage_w() const { return w_copy && !param.constant_weight; }
 };
 
@@ -236,22 +198,20 @@ class LinearOp : public OpBase<LinearParam> {
       impl_ = "empty (nothing to compute)";
       return setup_ws_ = 0;
     }
-    try {
+    with_dnnl_errors(chk, "setting up", impl_, [&] {
       refresh(pack, ctx, chk);
       if (param_.constant_weight) {
         OmpThreads threads(plan_.threads);
         pack_weight(pack.inputs[1], ctx);
       }
-    } catch (const dnnl::error& e) {
-      chk.fail(ErrorCode::kInternal, dnnl_message("setting up", e));
-    }
+    });
     return setup_ws_ = plan_.ws_bytes;
   }
 
   void do_execute(const VariantPack& pack, void* workspace, Context& ctx) override {
     const Checker chk(name());
     if (pack.outputs[0].numel() == 0) return;
-    try {
+    with_dnnl_errors(chk, "executing", impl_, [&] {
       refresh(pack, ctx, chk);  // a new thread count or new aliasing re-plans
       // A plan made here may need more than the caller was told at setup: use our own.
       char* ws = static_cast<char*>(workspace);
@@ -263,38 +223,25 @@ class LinearOp : public OpBase<LinearParam> {
         ws = static_cast<char*>(scratch_.get());
       }
       run(pack, ws, ctx);
-    } catch (const dnnl::error& e) {
-      chk.fail(ErrorCode::kInternal, dnnl_message("executing", e));
-    }
+    });
   }
 
  private:
-  std::string dnnl_message(const char* what, const dnnl::error& e) const {
-    return std::string("oneDNN failed ") + what + " the matmul (" + impl_ + "): " + e.what() +
-           " (status " + std::to_string(static_cast<int>(e.status)) + ")";
-  }
-
   Plan make_plan(const VariantPack& pack, int threads, bool native) const {
     const LinearParam& prm = param_;
     const Tensor& x = pack.inputs[0];
     const Tensor& w = pack.inputs[1];
     const Tensor& y = pack.outputs[0];
     Plan p;
+    p.init(x.dtype(), native, threads);
     p.param = prm;
-    p.dtype = x.dtype();
-    p.native = native || p.dtype == DType::kF32;
-    p.threads = std::max(1, threads);
     p.K = prm.transpose_a ? x.dim(0) : x.dim(-1);
     p.N = w.dim(prm.transpose_b ? 0 : 1);
     p.M = x.numel() / p.K;
     const DType cd = p.compute();
     const size_t ce = dtype_size(cd);
-    size_t off = 0;
-    auto take = [&off](size_t bytes) {
-      const size_t at = off;
-      off = align64(off + bytes);
-      return at;
-    };
+    WorkspaceLayout ws;
+    auto take = [&ws](size_t bytes) { return ws.take(bytes); };
 
     const RowView xr = row_view(x.desc());  // M rows of K, or K rows of M with transpose_a
     p.stage_x = !p.native || !rows_addressable(xr) || overlaps(x, y);
@@ -325,33 +272,16 @@ class LinearOp : public OpBase<LinearParam> {
       if (p.stage_res) p.off_res = take(static_cast<size_t>((p.M - 1) * p.ld_res + p.N) * ce);
     }
     if (p.stage_y) p.off_y = take(static_cast<size_t>(p.M * p.N) * ce);
-    p.ws_bytes = off;
+    p.ws_bytes = ws.bytes;
     return p;
   }
 
   // Makes plan_/prim_ current for this pack: first the native plan; for 16-bit types, the
   // f32-compute plan when oneDNN has no matmul for the type.
   void refresh(const VariantPack& pack, Context& ctx, const Checker& chk) {
-    const Plan want = make_plan(pack, ctx.num_threads(), true);
-    if (built_ && want == attempted_) return;
-    built_ = false;
-    OmpThreads threads(want.threads);
-    try {
-      build(want);
-    } catch (const dnnl::error& e) {
-      if (want.dtype == DType::kF32)
-        chk.fail(ErrorCode::kUnsupported,
-                 "oneDNN has no f32 matmul for this case: " + std::string(e.what()));
-      try {
-        build(make_plan(pack, ctx.num_threads(), false));
-      } catch (const dnnl::error& e2) {
-        chk.fail(ErrorCode::kUnsupported, std::string("oneDNN has no matmul for ") +
-                                              dtype_name(want.dtype) +
-                                              " nor its f32 fallback: " + e2.what());
-      }
-    }
-    attempted_ = want;
-    built_ = true;
+    cache_.refresh(
+        chk, [&](bool native) { return make_plan(pack, ctx.num_threads(), native); },
+        [&](const Plan& p) { build(p); });
   }
 
   void build(const Plan& p) {
@@ -404,9 +334,7 @@ class LinearOp : public OpBase<LinearParam> {
     prim_ = dnnl::matmul(pd);
     plan_ = p;
 
-    impl_ = std::string("onednn:") + pd.impl_info_str() + " " +
-            (p.native ? std::string(dtype_name(p.dtype))
-                      : std::string("f32-compute fallback for ") + dtype_name(p.dtype));
+    impl_ = p.impl_name(pd.impl_info_str());
     if (p.param.constant_weight)
       impl_ += wei_md_ == wsrc_md_ ? "; weight in place" : "; weight packed";
     std::string staged;
@@ -546,9 +474,9 @@ class LinearOp : public OpBase<LinearParam> {
                 ftz);
   }
 
-  // The current plan and its primitive; attempted_ is the native plan that led to them.
-  Plan plan_, attempted_;
-  bool built_ = false;
+  // The current plan and its primitive, and the native plan that led to them.
+  Plan plan_;
+  PlanCache<Plan> cache_;
   dnnl::matmul prim_;
   md_t src_md_, wsrc_md_, wei_md_, bias_md_, dst_md_, res_md_;
   int res_arg_ = 0;

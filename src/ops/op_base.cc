@@ -68,6 +68,14 @@ void Checker::last_dim_contiguous(int idx, const char* role, const TensorDesc& d
          who(idx, role) + " needs a contiguous last dim (stride 1), got " + d.to_string());
 }
 
+int Checker::axis(int64_t axis, int rank, const std::string& who) const {
+  if (axis < -rank || axis >= rank)
+    fail(ErrorCode::kInvalidArgument,
+         "invalid param: axis " + std::to_string(axis) + " is outside " + std::to_string(-rank) +
+             ".." + std::to_string(rank - 1) + " for " + who + " of rank " + std::to_string(rank));
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
 void check_desc(const Checker& chk, const TensorDesc& d, const std::string& who) {
   if (d.ndim < 0 || d.ndim > kMaxDims)
     chk.fail(ErrorCode::kShapeMismatch, who + " has rank " + std::to_string(d.ndim) + " (0 to " +
@@ -130,6 +138,74 @@ bool same_descs(const std::vector<Tensor>& ts, const std::vector<TensorDesc>& ds
   for (size_t i = 0; i < ts.size(); ++i)
     if (!same_desc(ts[i].desc(), ds[i])) return false;
   return true;
+}
+
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out, int* bad) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape s(n, 1);
+  for (size_t i = 1; i <= n; ++i) {
+    const int64_t da = i <= a.size() ? a[a.size() - i] : 1;
+    const int64_t db = i <= b.size() ? b[b.size() - i] : 1;
+    if (da != db && da != 1 && db != 1) {
+      if (bad) *bad = static_cast<int>(i);
+      return false;
+    }
+    s[n - i] = da == 1 ? db : da;
+  }
+  *out = s;
+  return true;
+}
+
+TensorDesc broadcast_to(const TensorDesc& in, const Shape& out_shape) {
+  TensorDesc d;
+  d.dtype = in.dtype;
+  d.ndim = static_cast<int>(out_shape.size());
+  const int off = d.ndim - in.ndim;
+  for (int i = 0; i < d.ndim; ++i) {
+    const auto u = static_cast<size_t>(i);
+    d.dims[u] = out_shape[u];
+    const int j = i - off;
+    d.strides[u] = (j < 0 || in.dim(j) == 1) ? 0 : in.stride(j);
+  }
+  return d;
+}
+
+void coalesce_views(std::initializer_list<TensorDesc*> views) {
+  TBOOST_CHECK(views.size() >= 1 && views.size() <= 4, "coalesce_views takes 1 to 4 views");
+  TensorDesc& first = **views.begin();
+  int64_t* strides[4];
+  int k = 0;
+  for (TensorDesc* v : views) strides[k++] = v->strides.data();
+  int n = kernels::coalesce_dims(first.ndim, first.dims.data(), strides, k);
+  bool rows_ok = true;
+  for (TensorDesc* v : views)
+    if (n > 0 && v->strides[static_cast<size_t>(n - 1)] != 1 &&
+        (v == &first || v->strides[static_cast<size_t>(n - 1)] != 0))
+      rows_ok = false;
+  if (!rows_ok) {
+    TBOOST_CHECK_LT(n, kMaxDims, "no room for a unit last dim");
+    first.dims[static_cast<size_t>(n)] = 1;
+    for (TensorDesc* v : views) v->strides[static_cast<size_t>(n)] = 1;
+    ++n;
+  }
+  for (TensorDesc* v : views) {
+    v->ndim = n;
+    v->dims = first.dims;
+  }
+}
+
+kernels::CopyArgs copy_args(void* y, const TensorDesc& yd, const void* x, const TensorDesc& xd,
+                            int threads) {
+  kernels::CopyArgs c;
+  c.y = y, c.y_dtype = yd.dtype;
+  c.x = x, c.x_dtype = xd.dtype;
+  c.ndim = yd.ndim;
+  for (int i = 0; i < yd.ndim; ++i) {
+    const auto u = static_cast<size_t>(i);
+    c.dims[i] = yd.dims[u], c.y_strides[i] = yd.strides[u], c.x_strides[i] = xd.strides[u];
+  }
+  c.threads = threads;
+  return c;
 }
 
 RowView row_view(const TensorDesc& d) {

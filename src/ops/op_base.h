@@ -32,6 +32,9 @@ class Checker {
   void dim_eq(int idx, const char* role, const TensorDesc& d, int axis, int64_t expected,
               const char* what = nullptr) const;
   void last_dim_contiguous(int idx, const char* role, const TensorDesc& d) const;
+  // axis resolved against `rank` (negative counts from the end); throws an invalid-param
+  // error naming the range and `who` (the tensor whose rank it is) when outside.
+  int axis(int64_t axis, int rank, const std::string& who) const;
   void param(bool ok, const std::string& msg) const {
     if (!ok) fail(ErrorCode::kInvalidArgument, "invalid param: " + msg);
   }
@@ -183,6 +186,23 @@ class OpBase : public Operation {
   std::vector<TensorDesc> in_, out_;
   size_t ws_ = 0;
 };
+
+// Numpy broadcasting of two shapes (right-aligned; a missing dim counts as 1; each pair must be
+// equal or contain a 1). False when they do not broadcast; *bad then says which dim (counted
+// from the end, 1 = last) disagrees.
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out, int* bad);
+// Descriptor of `in` broadcast to `out_shape` (right-aligned; size-1 or missing dims get
+// stride 0). The caller has checked that the shapes are compatible.
+TensorDesc broadcast_to(const TensorDesc& in, const Shape& out_shape);
+// Views of one shape made as flat as they can be walked together: size-1 dims dropped and
+// neighbours merged where every view allows (kernels::coalesce_dims). If that leaves a last
+// dim that is not contiguous in every view (stride 1, or 0 for an input broadcast along it),
+// a unit last dim is appended so row views stay valid. Up to 4 views; the first sets the dims.
+void coalesce_views(std::initializer_list<TensorDesc*> views);
+
+// kernels::strided_copy arguments for y = x, two views of one shape (y's dims are used).
+kernels::CopyArgs copy_args(void* y, const TensorDesc& yd, const void* x, const TensorDesc& xd,
+                            int threads);
 
 using kernels::RowView;
 RowView row_view(const TensorDesc& d);

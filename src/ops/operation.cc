@@ -27,7 +27,11 @@ std::unique_ptr<Operation> create_operation(const AnyParam& param) {
                [](const ops::EmbeddingParam& p) { return make_embedding(p); },
                [](const ops::AttentionParam& p) { return make_self_attention(p); },
                [](const ops::PagedAttentionParam& p) { return make_paged_attention(p); },
-               [](const ops::ReshapeAndCacheParam& p) { return make_reshape_and_cache(p); }},
+               [](const ops::ReshapeAndCacheParam& p) { return make_reshape_and_cache(p); },
+               [](const ops::MatMulParam& p) { return make_matmul(p); },
+               [](const ops::ReduceParam& p) { return make_reduce(p); },
+               [](const ops::TransposeParam& p) { return make_transpose(p); },
+               [](const ops::ConcatParam& p) { return make_concat(p); }},
       param);
 }
 

@@ -17,4 +17,8 @@ std::unique_ptr<Operation> make_embedding(const ops::EmbeddingParam& p);
 std::unique_ptr<Operation> make_self_attention(const ops::AttentionParam& p);
 std::unique_ptr<Operation> make_paged_attention(const ops::PagedAttentionParam& p);
 std::unique_ptr<Operation> make_reshape_and_cache(const ops::ReshapeAndCacheParam& p);
+std::unique_ptr<Operation> make_matmul(const ops::MatMulParam& p);
+std::unique_ptr<Operation> make_reduce(const ops::ReduceParam& p);
+std::unique_ptr<Operation> make_transpose(const ops::TransposeParam& p);
+std::unique_ptr<Operation> make_concat(const ops::ConcatParam& p);
 }  // namespace tboost::ops_internal

@@ -106,10 +106,11 @@ TEST(Contract, EmptyRowsAndScalars) {
   Tensor y = Tensor::empty(DType::kF32, {3, 0});
   auto add = create_operation(ops::ElementwiseParam{.type = ops::ElementwiseType::kAdd});
   EXPECT_NO_THROW(run_operation(*add, {{a, b}, {y}}, ctx));
-  Tensor s = Tensor::empty(DType::kF32, {});
-  EXPECT_NE(error_of(*add, {{s, s}, {Tensor::empty(DType::kF32, {})}}, ctx)
-                .find("input 0 (a) expected rank 1..8"),
-            std::string::npos);
+  // Rank 0 broadcasts like any other shape: scalar + scalar is a scalar.
+  Tensor s = Tensor::empty(DType::kF32, {}), sy = Tensor::empty(DType::kF32, {});
+  *s.data_as<float>() = 1.5f;
+  EXPECT_EQ(error_of(*add, {{s, s}, {sy}}, ctx), "");
+  EXPECT_EQ(*sy.data_as<float>(), 3.0f);
   auto sm = create_operation(ops::SoftmaxParam{.scale = -1.0f});
   Tensor x = Tensor::zeros(DType::kF32, {2, 3}), z = Tensor::empty(DType::kF32, {2, 3});
   EXPECT_NE(error_of(*sm, {{x}, {z}}, ctx).find("scale must be finite and > 0"), std::string::npos);

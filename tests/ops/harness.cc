@@ -129,6 +129,13 @@ double tolerance(DType dtype, int64_t reduction_len) {
   }
 }
 
+void expect_close(const Tensor& got, const Vec& want, double tol) {
+  const Vec g = to_f64(got);
+  ASSERT_EQ(g.size(), want.size());
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_NEAR(g[i], want[i], tol * (1.0 + std::abs(want[i]))) << "element " << i;
+}
+
 std::string test_name(const std::string& name) {
   std::string s;
   for (char c : name) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

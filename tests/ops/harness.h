@@ -68,6 +68,9 @@ Vec to_f64(const Tensor& t);
 // Tolerance against float64 for a dtype and a reduction length (DESIGN.md numerics).
 double tolerance(DType dtype, int64_t reduction_len = 1);
 
+// For the direct (non-harness) tests: every element of got within tol·(1 + |want|) of want.
+void expect_close(const Tensor& got, const Vec& want, double tol);
+
 struct Expected {
   RefOut ref;
   double tol = 0.0;

@@ -322,13 +322,6 @@ Vec reference_y(const Tensor& x, const Tensor& w, const Vec& residual, Activatio
   return y.value;
 }
 
-void expect_close(const Tensor& got, const Vec& want, double tol) {
-  const Vec g = to_f64(got);
-  ASSERT_EQ(g.size(), want.size());
-  for (size_t i = 0; i < g.size(); ++i)
-    ASSERT_NEAR(g[i], want[i], tol * (1.0 + std::abs(want[i]))) << "element " << i;
-}
-
 TEST(LinearOp, NonConstantWeightSeesNewContents) {
   Rng rng;
   Context ctx;

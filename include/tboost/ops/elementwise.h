@@ -1,6 +1,12 @@
-// Elementwise: add and mul (two inputs, numpy broadcasting of the second against the
-// first's shape), scale (y = alpha · x) and cast (y = x converted to out_dtype). Float
-// dtypes compute in f32; add/mul/scale need both inputs and the output in one float dtype.
+// Elementwise: the pointwise math of a transformer graph.
+//
+// Binary (inputs a, b): add, sub, mul, div, pow, max, min, with numpy broadcasting in both
+// directions (y's shape is the broadcast of a's and b's). Unary (input x): scale
+// (y = alpha · x), neg, sqrt, rsqrt (1/sqrt), reciprocal, exp, tanh, erf, sigmoid, abs, and
+// cast (y = x converted to out_dtype). Float dtypes compute in f32 (exp/tanh/erf/sigmoid to a
+// few f32 ulp, not correctly rounded); every type but cast needs its inputs and output in one
+// float dtype. pow with a broadcast exponent of 2, 0.5, 1, -1 or -0.5 runs as the exact
+// multiply / sqrt / copy / reciprocal / rsqrt; other exponents call std::pow per element.
 // Cast converts between any two dtypes (rounding to nearest even, saturating into integers).
 #pragma once
 
@@ -8,7 +14,15 @@
 
 namespace tboost::ops {
 
-enum class ElementwiseType { kAdd, kMul, kScale, kCast };
+enum class ElementwiseType {
+  kAdd, kMul, kScale, kCast,
+  kSub, kDiv, kPow, kMax, kMin,                                                    // binary
+  kNeg, kSqrt, kRsqrt, kReciprocal, kExp, kTanh, kErf, kSigmoid, kAbs              // unary
+};
+constexpr bool is_binary(ElementwiseType t) {
+  return t == ElementwiseType::kAdd || t == ElementwiseType::kMul ||
+         (t >= ElementwiseType::kSub && t <= ElementwiseType::kMin);
+}
 const char* elementwise_type_name(ElementwiseType t);
 
 struct ElementwiseParam {

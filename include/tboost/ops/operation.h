@@ -24,8 +24,11 @@
 #include "tboost/ops/attention.h"
 #include "tboost/ops/elementwise.h"
 #include "tboost/ops/embedding.h"
+#include "tboost/ops/layout.h"
 #include "tboost/ops/linear.h"
+#include "tboost/ops/matmul.h"
 #include "tboost/ops/norm.h"
+#include "tboost/ops/reduce.h"
 #include "tboost/ops/rope.h"
 #include "tboost/ops/softmax.h"
 
@@ -35,7 +38,9 @@ namespace tboost {
 using AnyParam = std::variant<ops::LinearParam, ops::RmsNormParam, ops::LayerNormParam,
                               ops::RopeParam, ops::ActivationParam, ops::SoftmaxParam,
                               ops::ElementwiseParam, ops::EmbeddingParam, ops::AttentionParam,
-                              ops::PagedAttentionParam, ops::ReshapeAndCacheParam>;
+                              ops::PagedAttentionParam, ops::ReshapeAndCacheParam,
+                              ops::MatMulParam, ops::ReduceParam, ops::TransposeParam,
+                              ops::ConcatParam>;
 
 class Operation {
  public:

@@ -5,7 +5,8 @@
 // tanh (one exp instead of tanh's two), erf uses Abramowitz–Stegun 7.1.26 (|error| < 1.5e-7,
 // far below the f32 tolerance 2^-11), and 1 / (1 + e) is an approximate reciprocal refined by
 // one Newton step (rel. error ~1e-7) instead of a divide, which is 3–5x slower on x86. Exp
-// arguments are clamped to ±80 so e^(-x) never overflows into inf·0 = NaN.
+// arguments are clamped to ±80 so e^(-x) never overflows into inf·0 = NaN. Those helpers
+// (FastExp, Sigmoid, Erf, Recip) live in hwy_util-inl.h, shared with the elementwise kernels.
 // clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/activation.cc"
@@ -25,49 +26,6 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
-
-template <class D, class V>
-HWY_INLINE V Recip(D d, V x) {
-  const V r = hn::ApproximateReciprocal(x);
-  return hn::Mul(r, hn::NegMulAdd(x, r, hn::Set(d, 2.0f)));  // r·(2 - x·r): one Newton step
-}
-
-// e^x for x in [-87, 87] (callers clamp). Why not Highway's Exp: its polynomial is accurate
-// to ~1 ulp and costs ~20 instructions, which made SiLU compute bound at ~0.45x copy speed.
-// Here: n = round(x·log2 e), r = x - n·ln2 (two-part ln2), e^r by a degree-5 Taylor
-// polynomial (relative error < 2.5e-6 on |r| <= ln2/2, 200x below the f32 tolerance 2^-11),
-// times 2^n built in the exponent bits. 10 instructions.
-template <class D, class V>
-HWY_INLINE V FastExp(D d, V x) {
-  const V shifter = hn::Set(d, kShifter);
-  const V t = hn::MulAdd(x, hn::Set(d, 1.44269504088896341f), shifter);  // n = round(x·log2 e)
-  const V n = hn::Sub(t, shifter);
-  V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), x);
-  r = hn::NegMulAdd(n, hn::Set(d, 1.428606765330187e-06f), r);
-  return hn::Mul(ExpTaylor<5>(d, r), Pow2FromShifted(d, t));
-}
-
-// 1 / (1 + e^(-z))
-template <class D, class V>
-HWY_INLINE V Sigmoid(D d, V z) {
-  const V zc = hn::Min(hn::Max(z, hn::Set(d, -80.0f)), hn::Set(d, 80.0f));
-  return Recip(d, hn::Add(hn::Set(d, 1.0f), FastExp(d, hn::Neg(zc))));
-}
-
-template <class D, class V>
-HWY_INLINE V Erf(D d, V x) {
-  const V ax = hn::Abs(x);
-  const V t = Recip(d, hn::MulAdd(hn::Set(d, 0.3275911f), ax, hn::Set(d, 1.0f)));
-  V p = hn::Set(d, 1.061405429f);
-  p = hn::MulAdd(p, t, hn::Set(d, -1.453152027f));
-  p = hn::MulAdd(p, t, hn::Set(d, 1.421413741f));
-  p = hn::MulAdd(p, t, hn::Set(d, -0.284496736f));
-  p = hn::MulAdd(p, t, hn::Set(d, 0.254829592f));
-  p = hn::Mul(p, t);
-  const V e = FastExp(d, hn::Neg(hn::Min(hn::Mul(ax, ax), hn::Set(d, 80.0f))));
-  const V y = hn::NegMulAdd(p, e, hn::Set(d, 1.0f));
-  return hn::CopySign(y, x);
-}
 
 template <ops::ActivationType t, class D, class V>
 HWY_INLINE V Apply(D d, V x) {

@@ -109,8 +109,10 @@ struct SoftmaxArgs {
 void softmax_forward(const SoftmaxArgs& a);
 
 // y = a op b over rows of the output; each input row is found through its own RowView (a
-// broadcast dim has stride 0) and its last dim has stride 1 or 0 (scalar broadcast).
-enum class BinaryOp { kAdd, kMul };
+// broadcast dim has stride 0) and its last dim has stride 1 or 0 (scalar broadcast). kPow is
+// std::pow per element (the op turns a scalar exponent of 2, 0.5, 1, -1, -0.5 into a unary).
+// kMax / kMin propagate NaN.
+enum class BinaryOp { kAdd, kMul, kSub, kDiv, kPow, kMax, kMin };
 struct BinaryArgs {
   void* y = nullptr;
   RowView y_rows;
@@ -127,17 +129,90 @@ struct BinaryArgs {
 };
 void binary_forward(const BinaryArgs& a);
 
-struct ScaleArgs {
+// y = f(x) over rows (the last dims contiguous). kScale is alpha·x; kSquare and kIdentity
+// serve pow with exponent 2 and 1. Division, sqrt and rsqrt are IEEE (exact rounding, rsqrt
+// rounds twice); exp, tanh, erf and sigmoid are the fast vector math of hwy_util-inl.h.
+enum class UnaryOp {
+  kScale,
+  kNeg,
+  kSqrt,
+  kRsqrt,
+  kReciprocal,
+  kExp,
+  kTanh,
+  kErf,
+  kSigmoid,
+  kAbs,
+  kSquare,
+  kIdentity
+};
+struct UnaryArgs {
   void* y = nullptr;
   RowView y_rows;
   const void* x = nullptr;
   RowView x_rows;
   DType dtype = DType::kF32;
-  float alpha = 1.0f;
+  UnaryOp op = UnaryOp::kIdentity;
+  float alpha = 1.0f;  // kScale
   int threads = 1;
   bool ftz = true;
 };
-void scale_forward(const ScaleArgs& a);
+void unary_forward(const UnaryArgs& a);
+
+// Reduce (sum, mean, max, min; f32 accumulation) of x over the `red` dims, one output per
+// index of the `kept` dims. Dims are listed outermost first; strides in elements. Work is split
+// over outputs only, so each output's summation order never depends on the thread count.
+// An empty reduction gives 0 (sum) or NaN (mean); the op rejects it for max/min.
+enum class ReduceOp { kSum, kMean, kMax, kMin };
+struct ReduceArgs {
+  void* y = nullptr;
+  const void* x = nullptr;
+  DType dtype = DType::kF32;  // x and y
+  int kept = 0;
+  int64_t kept_dims[8] = {}, x_kept_strides[8] = {}, y_kept_strides[8] = {};
+  int red = 0;
+  int64_t red_dims[8] = {}, x_red_strides[8] = {};
+  ReduceOp op = ReduceOp::kSum;
+  int threads = 1;
+  bool ftz = true;
+};
+void reduce_forward(const ReduceArgs& a);
+
+// y = x element by element for two views of the same shape with any strides (a transpose is x
+// viewed with permuted dims), converting when the dtypes differ (float types to and from f32;
+// same-dtype copies take any dtype). Rows that are contiguous in both are copied with memcpy
+// or convert; otherwise the two innermost dims are walked in cache-sized tiles.
+struct CopyArgs {
+  void* y = nullptr;
+  DType y_dtype = DType::kF32;
+  const void* x = nullptr;
+  DType x_dtype = DType::kF32;
+  int ndim = 0;
+  int64_t dims[8] = {}, y_strides[8] = {}, x_strides[8] = {};
+  int threads = 1;
+};
+void strided_copy(const CopyArgs& a);
+
+// Drops size-1 dims and merges neighbours that every listed tensor walks as one
+// (stride[i] == stride[i+1]·dim[i+1]), in place; returns the new rank. Fewer, longer dims mean
+// longer inner loops and cheaper index arithmetic.
+inline int coalesce_dims(int ndim, int64_t* dims, int64_t* const* strides, int count) {
+  int n = 0;
+  for (int i = 0; i < ndim; ++i) {
+    if (dims[i] == 1) continue;
+    bool merge = n > 0;
+    for (int k = 0; k < count && merge; ++k) merge = strides[k][n - 1] == strides[k][i] * dims[i];
+    if (merge) {
+      dims[n - 1] *= dims[i];
+      for (int k = 0; k < count; ++k) strides[k][n - 1] = strides[k][i];
+    } else {
+      dims[n] = dims[i];
+      for (int k = 0; k < count; ++k) strides[k][n] = strides[k][i];
+      ++n;
+    }
+  }
+  return n;
+}
 
 // Attention (SelfAttention and PagedAttention). Strides are in elements; element (b, h, s, d)
 // of q is at q + b*q_sb + h*q_sh + s*q_ss + d (the last dim is contiguous), likewise o and

@@ -15,9 +15,15 @@ void register_cpu_kernels() {
     register_kernel("Activation", Device::kCPU, t, &activation_forward, hwy);
     register_kernel("Softmax", Device::kCPU, t, &softmax_forward, hwy);
     register_kernel("Elementwise.binary", Device::kCPU, t, &binary_forward, hwy);
-    register_kernel("Elementwise.scale", Device::kCPU, t, &scale_forward, hwy);
+    register_kernel("Elementwise.unary", Device::kCPU, t, &unary_forward, hwy);
+    register_kernel("Reduce", Device::kCPU, t, &reduce_forward, hwy);
     register_kernel("SelfAttention", Device::kCPU, t, &attention_forward, hwy);
     register_kernel("PagedAttention", Device::kCPU, t, &attention_forward, hwy);
+  }
+  // Layout copies move bytes of any dtype: plain C++ (memcpy rows or L1-sized tiles).
+  for (DType t : kAllDTypes) {
+    register_kernel("Transpose", Device::kCPU, t, &strided_copy, "cpu/strided-copy");
+    register_kernel("Concat", Device::kCPU, t, &strided_copy, "cpu/strided-copy");
   }
 }
 

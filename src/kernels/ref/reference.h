@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "tboost/ops/activation.h"
+#include "tboost/ops/elementwise.h"
 #include "tboost/ops/linear.h"
+#include "tboost/ops/reduce.h"
 #include "tboost/ops/rope.h"
 
 namespace tboost::kernels::ref {
@@ -20,6 +22,27 @@ struct RefOut {
   Vec value;
   Vec scale;
 };
+
+// Shapes of the row-major Vecs below.
+using Shape = std::vector<int64_t>;
+// Steps a row-major multi-index over `shape`; false once past the last element.
+inline bool next_index(Shape& idx, const Shape& shape) {
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (++idx[d] < shape[d]) return true;
+    idx[d] = 0;
+  }
+  return false;
+}
+// Flat row-major index, in a tensor of `shape`, of the element that broadcasts (numpy rules:
+// right-aligned, size-1 dims repeat) to position idx of the result.
+inline int64_t broadcast_index(const Shape& idx, const Shape& shape) {
+  int64_t i = 0;
+  const size_t off = idx.size() - shape.size();
+  for (size_t d = 0; d < shape.size(); ++d) i = i * shape[d] + (shape[d] == 1 ? 0 : idx[d + off]);
+  return i;
+}
+// Numpy broadcast of two shapes (the caller has checked they are compatible).
+Shape broadcast_shape(const Shape& a, const Shape& b);
 
 // Norms over rows of `cols`. res and b may be null. sum gets x + res (PRENORM).
 void norm(RefOut* y, RefOut* sum, Vec* mean, Vec* rstd, const Vec& x, const Vec* res, const Vec& w,
@@ -43,6 +66,28 @@ void softmax(RefOut* y, const Vec& x, int64_t rows, int64_t cols, double scale);
 // residual_mul: y = act(...) * residual instead of + residual.
 void linear(RefOut* y, const Vec& x, const Vec& w, const Vec& bias, const Vec& residual, int64_t M,
             int64_t K, int64_t N, ops::Activation act, bool residual_mul = false);
+
+// Elementwise. Binary: y = a op b in the broadcast shape of a and b; scale |a| + |b| for
+// add/sub (cancellation), |y| otherwise (one rounding of exactly stored inputs). Unary (every
+// type but cast; alpha for scale): scale |y|.
+void elementwise_binary(RefOut* y, const Vec& a, const Shape& a_shape, const Vec& b,
+                        const Shape& b_shape, ops::ElementwiseType type);
+void elementwise_unary(RefOut* y, const Vec& x, ops::ElementwiseType type, double alpha);
+
+// y = alpha · op(a) · op(b), batch dims broadcast: a (..., M, K), or (..., K, M) if ta; b
+// (..., K, N), or (..., N, K) if tb; y (batch..., M, N) with scale |alpha| · Σ_k |a·b|.
+void matmul(RefOut* y, const Vec& a, const Shape& a_shape, const Vec& b, const Shape& b_shape,
+            bool ta, bool tb, double alpha);
+
+// x reduced over `axes` (each in 0..rank-1; empty: all). y holds the kept dims in order
+// (keepdims only changes the shape). scale: Σ|x| (sum), Σ|x|/n (mean), |y| (max, min). An
+// empty reduction gives 0 (sum) and NaN (mean).
+void reduce(RefOut* y, const Vec& x, const Shape& shape, const std::vector<int64_t>& axes,
+            ops::ReduceType type);
+
+// Layout copies (exact): y.dim(i) = x.dim(perm[i]); inputs joined along axis.
+void transpose(Vec* y, const Vec& x, const Shape& shape, const std::vector<int64_t>& perm);
+void concat(Vec* y, const std::vector<Vec>& xs, const std::vector<Shape>& shapes, int64_t axis);
 
 }  // namespace tboost::kernels::ref
 
