@@ -11,6 +11,7 @@ PKGS=(
   libbenchmark-dev
   nlohmann-json3-dev
   libcli11-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler   # ONNX import (graph layer)
 )
 
 missing=()

@@ -475,6 +475,7 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
   fused_chains(R);
   linear_cases(R);
   attention_benchmarks(R);
+  graph_benchmarks(R);
   return rows;
 }
 

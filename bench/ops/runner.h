@@ -69,5 +69,7 @@ inline double spread(const Timing& t) { return (t.max - t.min) / t.median; }
 
 // The attention family (bench/ops/attention_benchmarks.cc).
 void attention_benchmarks(Runner& R);
+// The graph layer: op-by-op layers fused vs unfused, two-stage executor (bench/graph/).
+void graph_benchmarks(Runner& R);
 
 }  // namespace tboost::bench

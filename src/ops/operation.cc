@@ -2,6 +2,7 @@
 #include "tboost/ops/operation.h"
 
 #include "src/ops/ops.h"
+#include "tboost/graph/executor.h"
 
 namespace tboost {
 
@@ -31,7 +32,13 @@ std::unique_ptr<Operation> create_operation(const AnyParam& param) {
                [](const ops::MatMulParam& p) { return make_matmul(p); },
                [](const ops::ReduceParam& p) { return make_reduce(p); },
                [](const ops::TransposeParam& p) { return make_transpose(p); },
-               [](const ops::ConcatParam& p) { return make_concat(p); }},
+               [](const ops::ConcatParam& p) { return make_concat(p); },
+               [](const ops::GatherParam& p) { return make_gather(p); },
+               [](const ops::WhereParam& p) { return make_where(p); },
+               [](const ops::CompareParam& p) { return make_compare(p); },
+               [](const ops::GraphParam& p) -> std::unique_ptr<Operation> {
+                 return graph::make_graph_executor(p.graph);
+               }},
       param);
 }
 

@@ -21,4 +21,7 @@ std::unique_ptr<Operation> make_matmul(const ops::MatMulParam& p);
 std::unique_ptr<Operation> make_reduce(const ops::ReduceParam& p);
 std::unique_ptr<Operation> make_transpose(const ops::TransposeParam& p);
 std::unique_ptr<Operation> make_concat(const ops::ConcatParam& p);
+std::unique_ptr<Operation> make_gather(const ops::GatherParam& p);
+std::unique_ptr<Operation> make_where(const ops::WhereParam& p);
+std::unique_ptr<Operation> make_compare(const ops::CompareParam& p);
 }  // namespace tboost::ops_internal

@@ -28,6 +28,7 @@ std::vector<CaseSpec> transpose_cases() {
       {{3, 5, 67}, {2, 0, 1}, false},        // tiles, outer dim in front
       {{3, 5, 67}, {1, 0, 2}, true},         // last dim stays: memcpy rows
       {{3, 5, 67}, {0, 1, 2}, true},         // identity: a strided view made contiguous
+      {{3, 5, 67}, {}, true},                // empty perm: the identity too
       {{2, 7, 3, 16}, {0, 2, 1, 3}, false},  // (B, S, H, D) -> (B, H, S, D)
       {{2, 70, 45}, {0, 2, 1}, true},        // several tiles per matrix, ragged edges
       {{4, 3, 5, 2, 3}, {4, 3, 2, 1, 0}, false},
@@ -48,6 +49,9 @@ std::vector<CaseSpec> transpose_cases() {
                          c.threads = 2;
                          c.reference = [=](const std::vector<Tensor>& in) {
                            std::vector<int64_t> perm;
+                           if (t.perm.empty())  // the identity
+                             for (size_t i = 0; i < t.x.size(); ++i)
+                               perm.push_back(static_cast<int64_t>(i));
                            for (int64_t p : t.perm)
                              perm.push_back(p < 0 ? p + static_cast<int64_t>(t.x.size()) : p);
                            RefOut y;
@@ -110,7 +114,6 @@ std::vector<BadSpec> transpose_bad() {
   return {
       {"perm_too_short",
        with_perm({1, 0}, "invalid param: perm [1,0] has 2 entries, input 0 (x) has rank 3")},
-      {"perm_empty", with_perm({}, "invalid param: perm [] has 0 entries, input 0 (x) has rank 3")},
       {"perm_repeats", with_perm({2, 1, -2},
                                  "invalid param: perm [2,1,-2] is not a permutation: dim 1 appears "
                                  "twice")},

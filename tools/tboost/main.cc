@@ -7,6 +7,7 @@
 
 #include "bench/bench.h"
 #include "tboost/tboost.h"
+#include "tools/tboost/optimize_cmd.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tboost: fused transformer operators (transformer-boost)"};
@@ -26,11 +27,43 @@ int main(int argc, char** argv) {
                       "Smaller tensors and shorter timing (smoke runs; tensors may be cache\n"
                       "resident, so floor fractions are not meaningful)");
 
+  tboost::tools::OptimizeArgs oargs;
+  auto* optimize = app.add_subcommand(
+      "optimize",
+      "Fuse and memory-plan a graph; print original vs optimized (ops, bytes, memory, time)");
+  optimize->add_option("model", oargs.model,
+                       "An .onnx model (symbolic dims bound by --batch/--seq)");
+  optimize
+      ->add_option("--layer", oargs.layer,
+                   "Instead of a model: the op-by-op 'gpt2' or 'llama' layer")
+      ->check(CLI::IsMember({"gpt2", "llama"}));
+  optimize->add_option("--batch", oargs.batch, "Batch size bound to the first symbolic dim")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  optimize->add_option("--seq", oargs.seq, "Sequence length bound to the second symbolic dim")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  optimize->add_option("--hidden", oargs.hidden, "--layer: hidden size")
+      ->check(CLI::PositiveNumber);
+  optimize->add_option("--heads", oargs.heads, "--layer: attention heads")
+      ->check(CLI::PositiveNumber);
+  optimize->add_option("--ffn", oargs.ffn, "--layer: MLP width")->check(CLI::PositiveNumber);
+  optimize->add_option("--threads", oargs.threads, "Threads (0 = all cores)")
+      ->check(CLI::Range(0, 4096));
+  optimize->add_option("--budget", oargs.budget_s, "Seconds of timing per side")
+      ->check(CLI::Range(0.0, 600.0));
+  optimize->add_flag("--json", oargs.json, "Print JSON");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*info) {
       tboost::Context ctx;
       std::cout << ctx.report();
+    } else if (*optimize) {
+      if (oargs.model.empty() == oargs.layer.empty()) {
+        std::fprintf(stderr,
+                     "tboost: error: optimize needs a MODEL.onnx or --layer (one of them)\n");
+        return 2;
+      }
+      return tboost::tools::run_optimize(oargs);
     } else if (*bench_ops) {
       try {
         std::regex check(bopt.filter);

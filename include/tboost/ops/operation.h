@@ -30,17 +30,29 @@
 #include "tboost/ops/norm.h"
 #include "tboost/ops/reduce.h"
 #include "tboost/ops/rope.h"
+#include "tboost/ops/select.h"
 #include "tboost/ops/softmax.h"
 
 namespace tboost {
+namespace graph {
+class Graph;
+}
+namespace ops {
+// A graph as an op (graphs nest): create_operation(GraphParam{g}) compiles it (graph/executor.h).
+struct GraphParam {
+  std::shared_ptr<const graph::Graph> graph;
+  bool operator==(const GraphParam& o) const { return graph == o.graph; }
+};
+}  // namespace ops
 
 // Every op's Param; create_operation dispatches on the alternative.
-using AnyParam = std::variant<ops::LinearParam, ops::RmsNormParam, ops::LayerNormParam,
-                              ops::RopeParam, ops::ActivationParam, ops::SoftmaxParam,
-                              ops::ElementwiseParam, ops::EmbeddingParam, ops::AttentionParam,
-                              ops::PagedAttentionParam, ops::ReshapeAndCacheParam,
-                              ops::MatMulParam, ops::ReduceParam, ops::TransposeParam,
-                              ops::ConcatParam>;
+using AnyParam =
+    std::variant<ops::LinearParam, ops::RmsNormParam, ops::LayerNormParam, ops::RopeParam,
+                 ops::ActivationParam, ops::SoftmaxParam, ops::ElementwiseParam,
+                 ops::EmbeddingParam, ops::AttentionParam, ops::PagedAttentionParam,
+                 ops::ReshapeAndCacheParam, ops::MatMulParam, ops::ReduceParam, ops::TransposeParam,
+                 ops::ConcatParam, ops::GatherParam, ops::WhereParam, ops::CompareParam,
+                 ops::GraphParam>;
 
 class Operation {
  public:
