@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -273,6 +274,52 @@ GraphReport report(const Graph& g, const std::vector<TensorDesc>& input_descs) {
 // ---------------------------------------------------------------------------------------------
 // Executor
 
+// The second stage's thread: one per executor, kept across calls (starting a thread per call
+// costs about as much as a small node's setup).
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void post(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = std::move(job);
+    busy_ = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || job_; });
+      if (!job_) return;
+      std::function<void()> job = std::move(job_);
+      job_ = nullptr;
+      lock.unlock();
+      job();
+      lock.lock();
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
 struct GraphExecutor::Impl {
   std::shared_ptr<const Graph> graph;
   ExecOptions options;
@@ -289,6 +336,7 @@ struct GraphExecutor::Impl {
   std::shared_ptr<void> ws;
   size_t ws_cap = 0;
   int64_t setups = 0;
+  std::unique_ptr<Worker> worker;  // two-stage mode
 
   ShapePlan& plan_for(const std::vector<TensorDesc>& in) {
     for (auto it = plans.begin(); it != plans.end(); ++it) {
@@ -422,7 +470,8 @@ struct GraphExecutor::Impl {
     std::condition_variable cv;
     size_t done = 0;  // setups finished, in todo order
     std::exception_ptr err;
-    std::thread helper([&] {
+    if (!worker) worker = std::make_unique<Worker>();
+    worker->post([&] {
       for (size_t i = 0; i < todo.size(); ++i) {
         try {
           setup_node(p, todo[i], pack, ctx);
@@ -452,7 +501,7 @@ struct GraphExecutor::Impl {
         run_err = std::current_exception();
       }
     }
-    helper.join();
+    worker->wait();
     if (err) std::rethrow_exception(err);
     if (run_err) std::rethrow_exception(run_err);
     copy_outputs(p, pack, ctx);

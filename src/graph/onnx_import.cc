@@ -113,7 +113,8 @@ Tensor to_tensor(const Lit& l, DType dt) {
     const double v = l.v[static_cast<size_t>(i)];
     switch (dt) {
       case DType::kI64: {
-        const int64_t x = v >= 9.2e18 ? INT64_MAX : (v <= -9.2e18 ? INT64_MIN : static_cast<int64_t>(v));
+        const int64_t x =
+            v >= 9.2e18 ? INT64_MAX : (v <= -9.2e18 ? INT64_MIN : static_cast<int64_t>(v));
         std::memcpy(p, &x, 8);
         break;
       }
@@ -646,6 +647,32 @@ class Importer {
           for (int64_t k = 0; k < inner; ++k)
             y.v.push_back(d.v[static_cast<size_t>((o * dim + idx) * inner + k)]);
         }
+      return set(y);
+    }
+    if (op == "GatherElements") {
+      const Lit& d = in[0];
+      const Lit& ix = in[1];
+      const int ax = norm_axis(attr_i(n, "axis", 0), d.shape.size(), where_);
+      if (ix.shape.size() != d.shape.size())
+        fail(ErrorCode::kShapeMismatch, where_ + ": ranks differ");
+      std::vector<int64_t> dst(d.shape.size(), 1);
+      for (size_t k = d.shape.size(); k-- > 1;) dst[k - 1] = dst[k] * d.shape[k];
+      Lit y{ix.shape, d.dt, std::vector<double>(ix.v.size())};
+      for (int64_t i = 0; i < numel(ix.shape); ++i) {
+        int64_t rem = i, off = 0;
+        for (size_t k = ix.shape.size(); k-- > 0;) {
+          int64_t c = rem % ix.shape[k];
+          rem /= ix.shape[k];
+          if (static_cast<int>(k) == ax) {
+            c = static_cast<int64_t>(ix.v[static_cast<size_t>(i)]);
+            if (c < 0) c += d.shape[k];
+            if (c < 0 || c >= d.shape[k])
+              fail(ErrorCode::kInvalidArgument, where_ + ": index out of range");
+          }
+          off += c * dst[k];
+        }
+        y.v[static_cast<size_t>(i)] = d.v[static_cast<size_t>(off)];
+      }
       return set(y);
     }
     if (op == "Slice") {

@@ -699,14 +699,39 @@ int gated_mlp(State& s) {
   return fired;
 }
 
+// t is a plain Linear's output, or a Reshape view of one that keeps the last dim (an exporter
+// flattens to 2-D around Gemm): returns the Linear (kl) and the view node (kv, or -1).
+const ops::LinearParam* linear_through_view(const State& s, TensorId t, int* kl, int* kv) {
+  *kv = -1;
+  const int k = s.producer(t);
+  if (s.free(k) && s.single(t) && std::holds_alternative<Reshape>(s.node(k).op)) {
+    const TensorId in = s.node(k).inputs[0];
+    if (s.desc(in).ndim >= 1 && s.desc(t).ndim >= 1 && s.desc(in).dim(-1) == s.desc(t).dim(-1)) {
+      *kv = k;
+      t = in;
+    }
+  }
+  return plain_linear(s, t, kl);
+}
+
+// After folding node k into Linear kl: node k becomes the view the Linear's output went
+// through (or is left unread when there was none).
+void retarget(State& s, int k, int kl, int kv) {
+  if (kv < 0) return;
+  Node& n = s.mnode(k);
+  n.op = s.node(kv).op;
+  n.inputs = {s.node(kl).outputs[0]};
+  s.mark({k, kv});
+}
+
 // ---- linear_activation: Linear -> GELU / SiLU / ReLU -> one Linear with the activation.
 int linear_activation(State& s) {
   int fired = 0;
   for (int k = 0; k < static_cast<int>(s.g.nodes().size()); ++k) {
     const auto* a = s.param<ops::ActivationParam>(k);
     if (!a || !s.free(k) || ops::is_gated(a->type)) continue;
-    int kl = -1;
-    const auto* l = plain_linear(s, s.node(k).inputs[0], &kl);
+    int kl = -1, kv = -1;
+    const auto* l = linear_through_view(s, s.node(k).inputs[0], &kl, &kv);
     if (!l || l->activation != ops::Activation::kNone) continue;
     ops::LinearParam p = *l;
     switch (a->type) {
@@ -725,9 +750,14 @@ int linear_activation(State& s) {
       default:
         continue;
     }
-    const std::vector<TensorId> in = s.node(kl).inputs;
-    s.mark({kl});
-    s.set_op(k, p, in);
+    if (kv < 0) {
+      const std::vector<TensorId> in = s.node(kl).inputs;
+      s.mark({kl});
+      s.set_op(k, p, in);
+    } else {
+      s.set_op(kl, p, s.node(kl).inputs);
+      retarget(s, k, kl, kv);
+    }
     ++fired;
   }
   return fired;
@@ -740,19 +770,30 @@ int linear_residual(State& s) {
     if (!s.free(k) || !s.ew(k, ElementwiseType::kAdd)) continue;
     const Node& n = s.node(k);
     for (int side = 0; side < 2; ++side) {
-      int kl = -1;
+      int kl = -1, kv = -1;
       const TensorId t = n.inputs[static_cast<size_t>(side)];
       const TensorId r = n.inputs[static_cast<size_t>(1 - side)];
-      const auto* l = plain_linear(s, t, &kl);
+      const auto* l = linear_through_view(s, t, &kl, &kv);
       if (!l || r == t || !s.desc(t).same_shape(s.desc(r)) ||
           !s.desc(t).same_shape(s.desc(n.outputs[0])) || s.desc(r).dtype != s.desc(t).dtype)
         continue;
       ops::LinearParam p = *l;
       p.has_residual = true;
       std::vector<TensorId> in = s.node(kl).inputs;
-      in.push_back(r);
-      s.mark({kl});
-      s.set_op(k, p, in);
+      if (kv < 0) {
+        in.push_back(r);
+        s.mark({kl});
+        s.set_op(k, p, in);
+      } else {
+        // The residual seen in the Linear's own (flattened) shape: a view, no copy.
+        const TensorDesc lo = s.desc(s.node(kl).outputs[0]);
+        if (lo.ndim != 2) continue;  // only the 2-D flattening exporters emit
+        const std::string view_name = n.name + ".residual_view";
+        in.push_back(s.g.add1(view_name, Reshape{.shape = {-1, lo.dim(-1)}}, {r}));
+        s.dirty.push_back(1);
+        s.set_op(kl, p, in);
+        retarget(s, k, kl, kv);
+      }
       ++fired;
       break;
     }

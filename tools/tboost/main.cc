@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
   optimize->add_option("--budget", oargs.budget_s, "Seconds of timing per side")
       ->check(CLI::Range(0.0, 600.0));
   optimize->add_flag("--json", oargs.json, "Print JSON");
+  optimize->add_option("--inputs", oargs.inputs_dir,
+                       "Directory with <input name>.npy for each graph input");
+  optimize->add_option("--reference", oargs.reference, "A .npy the first output is compared with");
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -16,6 +16,7 @@
 #include "tboost/graph/layers.h"
 #include "tboost/graph/onnx.h"
 #include "tboost/graph/passes.h"
+#include "tools/tboost/npy.h"
 
 namespace tboost::tools {
 using tboost::Error;
@@ -100,6 +101,7 @@ int run_optimize(const OptimizeArgs& a) {
   Context ctx(ContextOptions{.num_threads = a.threads});
   graph::Graph g;
   std::string what;
+  graph::OnnxInfo info;
   if (!a.layer.empty()) {
     const graph::LayerShape shp{.hidden = a.hidden, .heads = a.heads, .ffn = a.ffn, .seq = a.seq};
     if (a.layer == "gpt2") {
@@ -112,13 +114,29 @@ int run_optimize(const OptimizeArgs& a) {
     }
     what = a.layer + " layer (op by op)";
   } else {
-    g = graph::import_onnx(a.model, {{"batch", a.batch}, {"seq", a.seq}});
+    g = graph::import_onnx(a.model, {{"batch", a.batch}, {"seq", a.seq}}, &info);
     what = a.model;
   }
   const std::vector<TensorDesc> d = g.input_descs({{"batch", a.batch}, {"seq", a.seq}});
   graph::Graph opt = g;
   const graph::OptimizeResult res = graph::optimize(opt, d);
-  const std::vector<Tensor> in = make_inputs(g, d);
+  std::vector<Tensor> in = make_inputs(g, d);
+  if (!a.inputs_dir.empty())
+    for (size_t i = 0; i < in.size(); ++i) {
+      const std::string& name = g.tensor(g.inputs()[i]).name;
+      Tensor t = npy::load(a.inputs_dir + "/" + name + ".npy");
+      if (!t.desc().same_shape(d[i]))
+        throw Error(ErrorCode::kShapeMismatch, "optimize: " + a.inputs_dir + "/" + name +
+                                                   ".npy has shape " + t.desc().shape_string() +
+                                                   ", the graph is bound to " +
+                                                   d[i].shape_string() + " (--batch/--seq)");
+      if (t.dtype() != d[i].dtype) {
+        Tensor c = Tensor::empty(d[i].dtype, d[i].shape());
+        convert(c.data(), c.dtype(), t.data(), t.dtype(), t.numel());
+        t = c;
+      }
+      in[i] = t;
+    }
   Side orig = prepare(g, in, ctx), fast = prepare(opt, in, ctx);
   const auto [to, tf] =
       bench::time_pair([&] { orig.ex->execute(orig.pack, nullptr, 0, ctx); },
@@ -135,6 +153,24 @@ int run_optimize(const OptimizeArgs& a) {
     }
   }
   const graph::GraphReport ro = orig.ex->last_report(), rf = fast.ex->last_report();
+  // Against a reference output (onnxruntime's, say): max |diff| and the normwise error.
+  auto vs_reference = [&](const Tensor& y, nlohmann::json& side) {
+    if (a.reference.empty()) return;
+    const Tensor ref = npy::load(a.reference);
+    if (!ref.desc().same_shape(y.desc()) || ref.dtype() != DType::kF32 || y.dtype() != DType::kF32)
+      throw Error(ErrorCode::kShapeMismatch, "optimize: reference " + a.reference + " is " +
+                                                 ref.desc().to_string() + ", output 0 is " +
+                                                 y.desc().to_string());
+    double md = 0, num = 0, den = 0;
+    for (int64_t k = 0; k < y.numel(); ++k) {
+      const double e = double(y.data_as<float>()[k]) - ref.data_as<float>()[k];
+      md = std::max(md, std::abs(e));
+      num += e * e;
+      den += double(ref.data_as<float>()[k]) * ref.data_as<float>()[k];
+    }
+    side["max_abs_diff_vs_reference"] = md;
+    side["rel_error_vs_reference"] = std::sqrt(num / std::max(den, 1e-300));
+  };
   nlohmann::json j;
   j["model"] = what;
   j["batch"] = a.batch;
@@ -142,6 +178,18 @@ int run_optimize(const OptimizeArgs& a) {
   j["threads"] = ctx.num_threads();
   j["original"] = side_json(ro, to.median);
   j["optimized"] = side_json(rf, tf.median);
+  if (info.nodes > 0) {
+    // The file's own op count: every node a runtime executes (Constant nodes are data). Our
+    // import already folds the shape arithmetic; that count is ops_after_import.
+    j["original"]["ops"] = info.nodes - info.constants;
+    j["original"]["ops_after_import"] = ro.ops;
+    j["onnx"] = {{"nodes", info.nodes},
+                 {"constant_nodes", info.constants},
+                 {"opset", info.opset},
+                 {"producer", info.producer}};
+  }
+  vs_reference(orig.pack.outputs[0], j["original"]);
+  vs_reference(fast.pack.outputs[0], j["optimized"]);
   j["optimized"]["max_abs_diff_vs_original"] = max_diff;
   j["optimized"]["max_abs_original"] = max_ref;
   nlohmann::json passes = nlohmann::json::object();
@@ -155,8 +203,12 @@ int run_optimize(const OptimizeArgs& a) {
   std::printf("%s, batch %lld x seq %lld, %d threads\n", what.c_str(),
               static_cast<long long>(a.batch), static_cast<long long>(a.seq), ctx.num_threads());
   std::printf("%-28s %14s %14s %8s\n", "", "original", "optimized", "ratio");
-  std::printf("%-28s %14lld %14lld %7.2fx\n", "ops", static_cast<long long>(ro.ops),
-              static_cast<long long>(rf.ops), double(ro.ops) / std::max<double>(1, rf.ops));
+  const int64_t ops0 = j["original"]["ops"].get<int64_t>();
+  if (info.nodes > 0)
+    std::printf("%-28s %14lld %14s\n", "ops in the file", static_cast<long long>(ops0), "");
+  std::printf("%-28s %14lld %14lld %7.2fx\n", info.nodes > 0 ? "ops (shape math folded)" : "ops",
+              static_cast<long long>(ro.ops), static_cast<long long>(rf.ops),
+              double(ro.ops) / std::max<double>(1, rf.ops));
   std::printf("%-28s %14.3f %14.3f %7.2fx\n", "bytes moved (GB)", ro.bytes_moved / 1e9,
               rf.bytes_moved / 1e9, double(ro.bytes_moved) / std::max<double>(1, rf.bytes_moved));
   std::printf("%-28s %14.1f %14.1f %7.2fx\n", "activation arena (MiB)", mib(ro.memory.arena_bytes),
@@ -169,6 +221,13 @@ int run_optimize(const OptimizeArgs& a) {
   std::printf("%-28s %14.2f %14.2f %7.2fx\n", "time (ms, median)", to.median * 1e3, tf.median * 1e3,
               to.median / tf.median);
   std::printf("max |optimized - original| = %.3g (max |original| = %.3g)\n", max_diff, max_ref);
+  if (!a.reference.empty())
+    std::printf(
+        "vs %s: original max |diff| %.3g (rel %.2g), optimized max |diff| %.3g (rel %.2g)\n",
+        a.reference.c_str(), j["original"]["max_abs_diff_vs_reference"].get<double>(),
+        j["original"]["rel_error_vs_reference"].get<double>(),
+        j["optimized"]["max_abs_diff_vs_reference"].get<double>(),
+        j["optimized"]["rel_error_vs_reference"].get<double>());
   std::printf("passes fired:");
   for (const auto& [p, n] : res.fired)
     if (n) std::printf(" %s=%d", p.c_str(), n);

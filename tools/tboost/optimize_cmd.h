@@ -13,7 +13,9 @@ struct OptimizeArgs {
   int64_t hidden = 768, heads = 12, ffn = 3072;  // --layer shapes
   int threads = 0;
   bool json = false;
-  double budget_s = 2.0;  // timing budget per side
+  double budget_s = 2.0;   // timing budget per side
+  std::string inputs_dir;  // DIR/<input name>.npy for each graph input (else generated)
+  std::string reference;   // .npy the first output is compared with (e.g. onnxruntime's)
 };
 
 // Prints the report; returns the process exit code. Throws tboost::Error on bad input.
