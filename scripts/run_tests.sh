@@ -16,6 +16,14 @@ echo "== bench CLI smoke run"
 ./build/release/tools/tboost/tboost bench-ops --quick --filter 'limits|rmsnorm_f32' --json >/dev/null
 ./build/release/tools/tboost/tboost bench-ops --quick --json \
   --filter 'attention_prefill_causal_bf16_vs_f32\[H=12|decode_attention_f32cache\[H=32,Hkv=8' >/dev/null
+./build/release/tools/tboost/tboost bench-ops --quick --json \
+  --filter 'layer_llama|graph_exec_two_stage\[C=256' >/dev/null
+
+echo "== tboost optimize smoke runs (op-by-op layer; a tiny ONNX export against onnxruntime)"
+./build/release/tools/tboost/tboost optimize --layer gpt2 --hidden 64 --heads 4 --ffn 96 --seq 33 \
+  --budget 0.1 --json >/dev/null
+./build/release/tools/tboost/tboost optimize tests/data/onnx/gpt2_tiny/model.onnx --seq 16 \
+  --inputs tests/data/onnx/gpt2_tiny --reference tests/data/onnx/gpt2_tiny/ort_logits.npy --budget 0.1
 
 echo "== install + consumer example"
 rm -rf build/install build/consumer
