@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "src/ops/op_base.h"
 #include "tboost/core/error.h"
 
 namespace tboost::graph {
@@ -330,7 +331,7 @@ struct GraphExecutor::Impl {
   std::vector<std::unique_ptr<Operation>> ops;  // per node (null for views)
   std::vector<uint64_t> setup_for;              // per node: plan id of its last setup
   std::vector<size_t> ws_bytes;                 // per node
-  std::unique_ptr<Operation> copy_op;           // identity transpose: materialize a view
+  std::unique_ptr<Operation> copy_op;           // identity transpose: outputs that are views
   std::shared_ptr<void> arena;
   size_t arena_cap = 0;
   std::shared_ptr<void> ws;
@@ -397,10 +398,7 @@ struct GraphExecutor::Impl {
     return v;
   }
 
-  Operation& op_of(size_t k) {
-    if (ops[k]) return *ops[k];
-    return *copy_op;  // copied reshape
-  }
+  Operation& op_of(size_t k) { return *ops[k]; }  // a view node's op: its copy, when needed
 
   void setup_node(const ShapePlan& p, size_t k, const VariantPack& pack, Context& ctx) {
     const Node& n = graph->nodes()[k];
@@ -411,6 +409,50 @@ struct GraphExecutor::Impl {
     }
     setup_for[k] = p.id;
     ++setups;
+  }
+
+  // The caller's outputs: contiguous, of the planned shapes and dtypes, with data, not
+  // overlapping each other or any input (nodes would overwrite what later nodes read).
+  void check_pack(const ShapePlan& p, const VariantPack& pack) const {
+    const auto& outs = graph->outputs();
+    if (pack.outputs.size() != outs.size())
+      throw Error(ErrorCode::kInvalidArgument, "Graph: expected " + std::to_string(outs.size()) +
+                                                   " outputs, got " +
+                                                   std::to_string(pack.outputs.size()));
+    for (size_t j = 0; j < outs.size(); ++j) {
+      const TensorDesc& d = p.desc[static_cast<size_t>(outs[j])];
+      const TensorDesc want = TensorDesc::contiguous(d.dtype, d.shape());
+      const Tensor& o = pack.outputs[j];
+      const std::string who =
+          "Graph: output " + std::to_string(j) + " ('" + graph->tensor(outs[j]).name + "')";
+      if (!o.desc().same_shape(want) || o.dtype() != want.dtype || !o.is_contiguous())
+        throw Error(
+            o.dtype() != want.dtype ? ErrorCode::kDTypeMismatch : ErrorCode::kShapeMismatch,
+            who + " expected contiguous " + want.to_string() + ", got " + o.desc().to_string());
+      if (o.numel() > 0 && o.data() == nullptr)
+        throw Error(ErrorCode::kNullData, who + " has no data pointer");
+      for (size_t k = 0; k < j; ++k)
+        if (ops_internal::overlaps(o, pack.outputs[k]))
+          throw Error(ErrorCode::kInvalidArgument, who + " overlaps output " + std::to_string(k));
+      for (size_t i = 0; i < pack.inputs.size(); ++i)
+        if (ops_internal::overlaps(o, pack.inputs[i]))
+          throw Error(ErrorCode::kInvalidArgument,
+                      who + " overlaps input " + std::to_string(i) + " ('" +
+                          graph->tensor(graph->inputs()[i]).name +
+                          "'): a graph's outputs need their own memory");
+    }
+    for (size_t i = 0; i < pack.inputs.size(); ++i)
+      if (pack.inputs[i].numel() > 0 && pack.inputs[i].data() == nullptr)
+        throw Error(ErrorCode::kNullData, "Graph: input " + std::to_string(i) + " ('" +
+                                              graph->tensor(graph->inputs()[i]).name +
+                                              "') has no data pointer");
+  }
+
+  bool writes_output(const ShapePlan& p, size_t k) const {
+    for (TensorId o : graph->nodes()[k].outputs)
+      if (p.slot[static_cast<size_t>(root_of(p.slot, o, nullptr))].where == Where::kOutput)
+        return true;
+    return false;
   }
 
   bool needs_setup(const ShapePlan& p, size_t k) const {
@@ -489,11 +531,16 @@ struct GraphExecutor::Impl {
     std::exception_ptr run_err;
     size_t next = 0;  // index into todo of the next setup the caller must wait for
     for (size_t k = 0; k < nn && !run_err; ++k) {
-      if (next < todo.size() && todo[next] == k) {
+      // A node that writes a graph output waits for every setup: a setup error must come
+      // before any output byte is written.
+      const size_t need = writes_output(p, k)
+                              ? todo.size()
+                              : (next < todo.size() && todo[next] == k ? next + 1 : 0);
+      if (need > 0) {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return done > next || err; });
-        if (done <= next) break;  // the helper failed at this node
-        ++next;
+        cv.wait(lock, [&] { return done >= need || err; });
+        if (done < need) break;  // the helper failed
+        while (next < todo.size() && todo[next] <= k) ++next;
       }
       try {
         run_node(p, k, pack, ctx);
@@ -518,9 +565,13 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const Graph> graph, const ExecOptio
   impl_->ops.resize(nodes.size());
   impl_->setup_for.assign(nodes.size(), 0);
   impl_->ws_bytes.assign(nodes.size(), 0);
-  for (size_t k = 0; k < nodes.size(); ++k)
-    if (const auto* p = std::get_if<AnyParam>(&nodes[k].op)) impl_->ops[k] = create_operation(*p);
-  impl_->copy_op = create_operation(ops::TransposeParam{});
+  // View nodes get their own identity Transpose for when their view needs a copy (one per node:
+  // in two-stage mode one node's copy is set up while another's runs).
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const auto* p = std::get_if<AnyParam>(&nodes[k].op);
+    impl_->ops[k] = create_operation(p ? *p : AnyParam(ops::TransposeParam{}));
+  }
+  impl_->copy_op = create_operation(ops::TransposeParam{});  // graph outputs that are views
 }
 
 GraphExecutor::~GraphExecutor() = default;
@@ -549,27 +600,8 @@ size_t GraphExecutor::setup(const VariantPack& pack, Context& ctx) {
   Impl& m = *impl_;
   std::vector<TensorDesc> in;
   for (const Tensor& t : pack.inputs) in.push_back(t.desc());
-  const std::vector<TensorDesc> expected = infer_shape(in);
-  TBOOST_CHECK_CODE(pack.outputs.size() == expected.size(), ErrorCode::kInvalidArgument,
-                    "Graph: expected ", expected.size(), " outputs, got ", pack.outputs.size());
-  for (size_t j = 0; j < expected.size(); ++j) {
-    const Tensor& o = pack.outputs[j];
-    const std::string who = "Graph: output " + std::to_string(j) + " ('" +
-                            m.graph->tensor(m.graph->outputs()[j]).name + "')";
-    if (!o.desc().same_shape(expected[j]) || o.dtype() != expected[j].dtype || !o.is_contiguous())
-      throw Error(
-          o.dtype() != expected[j].dtype ? ErrorCode::kDTypeMismatch : ErrorCode::kShapeMismatch,
-          who + " expected contiguous " + expected[j].to_string() + ", got " +
-              o.desc().to_string());
-    if (o.numel() > 0 && o.data() == nullptr)
-      throw Error(ErrorCode::kNullData, who + " has no data pointer");
-  }
-  for (size_t i = 0; i < pack.inputs.size(); ++i)
-    if (pack.inputs[i].numel() > 0 && pack.inputs[i].data() == nullptr)
-      throw Error(ErrorCode::kNullData, "Graph: input " + std::to_string(i) + " ('" +
-                                            m.graph->tensor(m.graph->inputs()[i]).name +
-                                            "') has no data pointer");
-  ShapePlan& p = m.plan_for(in);
+  ShapePlan& p = m.plan_for(in);  // validates the inputs (shapes, dtypes, every node)
+  m.check_pack(p, pack);
   m.current = &p;
   if (p.arena_bytes > m.arena_cap) {
     m.arena = aligned_buffer(p.arena_bytes);
@@ -585,14 +617,17 @@ size_t GraphExecutor::setup(const VariantPack& pack, Context& ctx) {
 
 void GraphExecutor::execute(const VariantPack& pack, void*, size_t, Context& ctx) {
   Impl& m = *impl_;
-  std::vector<TensorDesc> in;
-  for (const Tensor& t : pack.inputs) in.push_back(t.desc());
-  bool same = m.current && m.current->input_descs.size() == in.size();
-  for (size_t i = 0; same && i < in.size(); ++i)
-    same = m.current->input_descs[i].same_shape(in[i]) &&
-           m.current->input_descs[i].dtype == in[i].dtype &&
-           m.current->input_descs[i].strides == in[i].strides;
-  if (!same) setup(pack, ctx);
+  bool same = m.current && m.current->input_descs.size() == pack.inputs.size();
+  for (size_t i = 0; same && i < pack.inputs.size(); ++i) {
+    const TensorDesc& a = m.current->input_descs[i];
+    const TensorDesc& b = pack.inputs[i].desc();
+    same = a.same_shape(b) && a.dtype == b.dtype && a.strides == b.strides;
+  }
+  if (same) {
+    m.check_pack(*m.current, pack);  // outputs and pointers may change without the inputs
+  } else {
+    setup(pack, ctx);
+  }
   if (m.async)
     m.run_async(*m.current, pack, ctx);
   else

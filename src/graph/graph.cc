@@ -159,6 +159,10 @@ bool view_desc(const NodeOp& op, const TensorDesc& in, TensorDesc* out, int64_t*
       const int ii = static_cast<int>(i) - static_cast<int>(r) + in.ndim;  // input dim or < 0
       const size_t si = i + ex->shape.size();                              // shape index + r
       const int64_t want = si >= r ? ex->shape[si - r] : 1;
+      if (want < 0)
+        fail(ErrorCode::kShapeMismatch,
+             "Expand: negative size " + std::to_string(want) + " in " +
+                 shape_to_string(Shape(ex->shape.begin(), ex->shape.end())));
       const int64_t have = ii >= 0 ? in.dim(ii) : 1;
       if (have != 1 && want != 1 && have != want)
         fail(ErrorCode::kShapeMismatch,
@@ -251,6 +255,16 @@ void Graph::output(TensorId t, const std::string& name) {
     by_name_[name] = t;
   }
   outputs_.push_back(t);
+}
+
+void Graph::rename(TensorId t, const std::string& name) {
+  TensorInfo& info = tensors_.at(static_cast<size_t>(t));
+  if (name == info.name) return;
+  if (by_name_.count(name))
+    fail(ErrorCode::kInvalidArgument, "tensor name '" + name + "' used twice");
+  by_name_.erase(info.name);
+  info.name = name;
+  by_name_[name] = t;
 }
 
 TensorId Graph::id(const std::string& name) const {

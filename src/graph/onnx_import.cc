@@ -144,14 +144,30 @@ Tensor read_tensor(const onnx::TensorProto& tp) {
     fail(ErrorCode::kUnsupported,
          who + " uses external data; save the model with its weights inside");
   Shape shape;
+  int64_t n = 1;
   for (int64_t d : tp.dims()) {
     if (d < 0) fail(ErrorCode::kInvalidArgument, who + " has a negative dim");
+    if (d > 0 && n > (int64_t{1} << 40) / d)
+      fail(ErrorCode::kInvalidArgument, who + " has more than 2^40 elements");
+    n *= d;
     shape.push_back(d);
   }
+  if (shape.size() > static_cast<size_t>(kMaxDims))
+    fail(ErrorCode::kUnsupported, who + " has more than 8 dims");
   const DType dt = dtype_of(tp.data_type(), who);
-  Tensor t = Tensor::empty(dt, shape);
-  const int64_t n = t.numel();
   const bool is_double = tp.data_type() == onnx::TensorProto::DOUBLE;
+  // The data must be there before memory is taken for it (a 100-byte file may declare 16 GiB).
+  const int64_t have = tp.has_raw_data() ? static_cast<int64_t>(tp.raw_data().size()) /
+                                               static_cast<int64_t>(is_double ? 8 : dtype_size(dt))
+                                         : std::max({static_cast<int64_t>(tp.float_data_size()),
+                                                     static_cast<int64_t>(tp.double_data_size()),
+                                                     static_cast<int64_t>(tp.int64_data_size()),
+                                                     static_cast<int64_t>(tp.int32_data_size())});
+  if (have < n)
+    fail(ErrorCode::kInvalidArgument, who + " holds " + std::to_string(have) +
+                                          " values, its shape " + shape_to_string(shape) +
+                                          " needs " + std::to_string(n));
+  Tensor t = Tensor::empty(dt, shape);
   if (tp.has_raw_data()) {
     const std::string& raw = tp.raw_data();
     const size_t esz = is_double ? 8 : dtype_size(dt);
@@ -260,6 +276,10 @@ int norm_axis(int64_t a, size_t rank, const std::string& who) {
   return static_cast<int>(a < 0 ? a + r : a);
 }
 
+// Constants evaluated at import are shapes, ids and masks; anything larger than this is
+// refused rather than computed in float64.
+constexpr int64_t kMaxConstElements = int64_t{1} << 26;
+
 class Importer {
  public:
   Importer(const onnx::ModelProto& m, const Bindings& dims) : model_(m), dims_(dims) {
@@ -292,6 +312,14 @@ class Importer {
       TensorId id = it->second;
       if (g_.tensor(id).kind != TensorKind::kIntermediate)  // already an output or an input
         id = g_.add1(o.name() + ".copy", ops::TransposeParam{}, {id});
+      // ONNX node and value names are separate namespaces: an internal tensor named like this
+      // output (after a nameless node) steps aside.
+      if (g_.has(o.name()) && g_.id(o.name()) != id) {
+        std::string other;
+        for (int k = 0;; ++k)
+          if (!g_.has(other = o.name() + "#" + std::to_string(k))) break;
+        g_.rename(g_.id(o.name()), other);
+      }
       g_.output(id, o.name());
     }
     g_.validate_and_sort();
@@ -389,13 +417,7 @@ class Importer {
     if (convert_dt && t.dtype() != dt) t = to_tensor(to_lit(t), dt);
     std::string name = key;
     for (int i = 1;; ++i) {
-      bool taken = false;
-      try {
-        g_.id(name);
-        taken = true;
-      } catch (const Error&) {
-      }
-      if (!taken) break;
+      if (!g_.has(name)) break;
       name = key + "#" + std::to_string(i);
     }
     const TensorId id = g_.weight(name, t);
@@ -457,6 +479,31 @@ class Importer {
     return emit(name, Reshape{.shape = std::vector<int64_t>(s.begin(), s.end())}, {x});
   }
 
+  // A shape given as values: non-negative, at most 8 dims, element count bounded.
+  Shape checked_shape(const std::vector<double>& v) const {
+    Shape s;
+    int64_t n = 1;
+    if (v.size() > static_cast<size_t>(kMaxDims))
+      fail(ErrorCode::kInvalidArgument, where_ + ": more than 8 dims");
+    for (double d : v) {
+      if (!(d >= 0 && d <= double(kMaxConstElements)))
+        fail(ErrorCode::kInvalidArgument,
+             where_ + ": dim " + std::to_string(d) + " is negative or too large");
+      s.push_back(static_cast<int64_t>(d));
+      n *= s.back();
+      if (n > kMaxConstElements) fail(ErrorCode::kUnsupported, where_ + ": constant too large");
+    }
+    return s;
+  }
+
+  // starts / ends / axes / steps of a Slice: one entry per sliced axis each.
+  void slice_lengths(const std::vector<int64_t>& st, const std::vector<int64_t>& en,
+                     const std::vector<int64_t>& ax, const std::vector<int64_t>& sp) const {
+    if (en.size() != st.size() || (!ax.empty() && ax.size() != st.size()) ||
+        (!sp.empty() && sp.size() != st.size()))
+      fail(ErrorCode::kInvalidArgument, where_ + ": starts, ends, axes and steps differ in length");
+  }
+
   // ---- constant evaluation
   bool all_const(const onnx::NodeProto& n) const {
     for (const auto& i : n.input())
@@ -464,9 +511,80 @@ class Importer {
     return true;
   }
 
+  // Input count of node n must be in [lo, hi], the first `lo` inputs named, an output named.
+  void arity(const onnx::NodeProto& n, int lo, int hi) const {
+    if (n.input_size() < lo || n.input_size() > hi)
+      fail(ErrorCode::kInvalidArgument, where_ + ": " + std::to_string(n.input_size()) +
+                                            " inputs, expected " + std::to_string(lo) +
+                                            (hi > lo ? ".." + std::to_string(hi) : ""));
+    for (int i = 0; i < lo; ++i)
+      if (n.input(i).empty())
+        fail(ErrorCode::kInvalidArgument, where_ + ": input " + std::to_string(i) + " is missing");
+    if (n.output_size() < 1 || n.output(0).empty())
+      fail(ErrorCode::kInvalidArgument, where_ + ": no output");
+  }
+
+  void check_arity(const onnx::NodeProto& n) const {
+    static const std::map<std::string, std::pair<int, int>> k = {{"Add", {2, 2}},
+                                                                 {"Sub", {2, 2}},
+                                                                 {"Mul", {2, 2}},
+                                                                 {"Div", {2, 2}},
+                                                                 {"Pow", {2, 2}},
+                                                                 {"Max", {2, 2}},
+                                                                 {"Min", {2, 2}},
+                                                                 {"Equal", {2, 2}},
+                                                                 {"Less", {2, 2}},
+                                                                 {"LessOrEqual", {2, 2}},
+                                                                 {"Greater", {2, 2}},
+                                                                 {"GreaterOrEqual", {2, 2}},
+                                                                 {"And", {2, 2}},
+                                                                 {"Or", {2, 2}},
+                                                                 {"Xor", {2, 2}},
+                                                                 {"Not", {1, 1}},
+                                                                 {"Neg", {1, 1}},
+                                                                 {"Sqrt", {1, 1}},
+                                                                 {"Exp", {1, 1}},
+                                                                 {"Abs", {1, 1}},
+                                                                 {"Tanh", {1, 1}},
+                                                                 {"Erf", {1, 1}},
+                                                                 {"Reciprocal", {1, 1}},
+                                                                 {"Sigmoid", {1, 1}},
+                                                                 {"Relu", {1, 1}},
+                                                                 {"Where", {3, 3}},
+                                                                 {"Cast", {1, 1}},
+                                                                 {"Range", {3, 3}},
+                                                                 {"ConstantOfShape", {1, 1}},
+                                                                 {"Expand", {2, 2}},
+                                                                 {"Reshape", {2, 2}},
+                                                                 {"Flatten", {1, 1}},
+                                                                 {"Squeeze", {1, 2}},
+                                                                 {"Unsqueeze", {1, 2}},
+                                                                 {"Concat", {1, 1 << 20}},
+                                                                 {"Gather", {2, 2}},
+                                                                 {"GatherElements", {2, 2}},
+                                                                 {"Slice", {3, 5}},
+                                                                 {"Transpose", {1, 1}},
+                                                                 {"Split", {1, 2}},
+                                                                 {"MatMul", {2, 2}},
+                                                                 {"Gemm", {2, 3}},
+                                                                 {"LayerNormalization", {2, 3}},
+                                                                 {"Softmax", {1, 1}},
+                                                                 {"ReduceMean", {1, 2}},
+                                                                 {"ReduceSum", {1, 2}},
+                                                                 {"ReduceMax", {1, 2}},
+                                                                 {"ReduceMin", {1, 2}},
+                                                                 {"Identity", {1, 1}},
+                                                                 {"Dropout", {1, 3}},
+                                                                 {"Shape", {1, 1}},
+                                                                 {"Gelu", {1, 1}}};
+    auto it = k.find(n.op_type());
+    if (it != k.end()) arity(n, it->second.first, it->second.second);
+  }
+
   void node(const onnx::NodeProto& n) {
     const std::string& op = n.op_type();
     where_ = "node '" + n.name() + "' (" + op + ")";
+    check_arity(n);
     if (!n.domain().empty() && n.domain() != "ai.onnx")
       fail(ErrorCode::kUnsupported, where_ + ": domain '" + n.domain() + "' is not supported");
     const std::string out = n.output_size() ? n.output(0) : "";
@@ -593,14 +711,16 @@ class Importer {
     if (op == "Range") {
       const double start = in[0].v.at(0), limit = in[1].v.at(0), delta = in[2].v.at(0);
       if (delta == 0) fail(ErrorCode::kInvalidArgument, where_ + ": delta 0");
-      const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
+      const double cnt = std::max(0.0, std::ceil((limit - start) / delta));
+      if (!(cnt <= double(kMaxConstElements)))
+        fail(ErrorCode::kUnsupported, where_ + ": a range of " + std::to_string(cnt) + " elements");
+      const auto count = static_cast<int64_t>(cnt);
       Lit y{{count}, dt0, {}};
       for (int64_t i = 0; i < count; ++i) y.v.push_back(start + static_cast<double>(i) * delta);
       return set(y);
     }
     if (op == "ConstantOfShape") {
-      Shape s;
-      for (double d : in[0].v) s.push_back(static_cast<int64_t>(d));
+      const Shape s = checked_shape(in[0].v);
       Lit y{s, DType::kF32, std::vector<double>(static_cast<size_t>(numel(s)), 0.0)};
       if (const auto* a = attr(n, "value")) {
         const Lit v = to_lit(read_tensor(a->t()));
@@ -610,9 +730,10 @@ class Importer {
       return set(y);
     }
     if (op == "Expand") {
-      Shape s;
-      for (double d : in[1].v) s.push_back(static_cast<int64_t>(d));
+      const Shape s = checked_shape(in[1].v);
       Lit zero{broadcast(in[0].shape, s, where_), dt0, {}};
+      if (numel(zero.shape) > kMaxConstElements)
+        fail(ErrorCode::kUnsupported, where_ + ": constant too large");
       zero.v.assign(static_cast<size_t>(numel(zero.shape)), 0.0);
       return set(nary(
           {in[0], zero}, dt0, [](const double* a) { return a[0]; }, where_));
@@ -655,6 +776,10 @@ class Importer {
       const int ax = norm_axis(attr_i(n, "axis", 0), d.shape.size(), where_);
       if (ix.shape.size() != d.shape.size())
         fail(ErrorCode::kShapeMismatch, where_ + ": ranks differ");
+      for (size_t k = 0; k < d.shape.size(); ++k)
+        if (static_cast<int>(k) != ax && ix.shape[k] > d.shape[k])
+          fail(ErrorCode::kShapeMismatch,
+               where_ + ": indices dim " + std::to_string(k) + " exceeds the data's");
       std::vector<int64_t> dst(d.shape.size(), 1);
       for (size_t k = d.shape.size(); k-- > 1;) dst[k - 1] = dst[k] * d.shape[k];
       Lit y{ix.shape, d.dt, std::vector<double>(ix.v.size())};
@@ -682,6 +807,7 @@ class Importer {
           n.input_size() > 3 && !n.input(3).empty() ? ints(n.input(3)) : std::vector<int64_t>{};
       std::vector<int64_t> sp =
           n.input_size() > 4 && !n.input(4).empty() ? ints(n.input(4)) : std::vector<int64_t>{};
+      slice_lengths(st, en, ax, sp);
       for (size_t i = 0; i < st.size(); ++i) {
         const int a =
             norm_axis(ax.empty() ? static_cast<int64_t>(i) : ax[i], y.shape.size(), where_);
@@ -713,7 +839,16 @@ class Importer {
   }
 
   Lit concat(const std::vector<Lit>& parts, int64_t axis) const {
+    if (parts.empty()) fail(ErrorCode::kInvalidArgument, where_ + ": nothing to concatenate");
     const int ax = norm_axis(axis, parts.at(0).shape.size(), where_);
+    for (const Lit& p : parts) {
+      bool ok = p.shape.size() == parts[0].shape.size();
+      for (size_t k = 0; ok && k < p.shape.size(); ++k)
+        ok = static_cast<int>(k) == ax || p.shape[k] == parts[0].shape[k];
+      if (!ok)
+        fail(ErrorCode::kShapeMismatch,
+             where_ + ": inputs differ in rank or in a dim other than the axis");
+    }
     Shape s = parts[0].shape;
     s[static_cast<size_t>(ax)] = 0;
     for (const Lit& p : parts) s[static_cast<size_t>(ax)] += p.shape[static_cast<size_t>(ax)];
@@ -761,6 +896,14 @@ class Importer {
 
   Lit transpose_lit(const Lit& x, const std::vector<int64_t>& perm) const {
     const size_t r = x.shape.size();
+    std::vector<char> seen(r, 0);
+    if (perm.size() != r)
+      fail(ErrorCode::kInvalidArgument, where_ + ": perm length differs from the rank");
+    for (int64_t p : perm) {
+      char& f = seen[static_cast<size_t>(norm_axis(p, r, where_))];
+      if (f) fail(ErrorCode::kInvalidArgument, where_ + ": perm is not a permutation");
+      f = 1;
+    }
     Shape s(r);
     for (size_t i = 0; i < r; ++i)
       s[i] = x.shape[static_cast<size_t>(norm_axis(perm[i], r, where_))];
@@ -789,11 +932,16 @@ class Importer {
       sizes = attr_ints(n, "split");
     } else {
       const int64_t parts = attr_i(n, "num_outputs", n.output_size());
+      if (parts <= 0)
+        fail(ErrorCode::kInvalidArgument, where_ + ": num_outputs " + std::to_string(parts));
       const int64_t each = (dim + parts - 1) / parts;
       for (int64_t k = 0; k < parts; ++k) sizes.push_back(std::min(each, dim - k * each));
     }
     int64_t total = 0;
-    for (int64_t s : sizes) total += s;
+    for (int64_t s : sizes) {
+      if (s < 0) fail(ErrorCode::kInvalidArgument, where_ + ": negative split size");
+      total += s;
+    }
     if (total != dim || static_cast<int>(sizes.size()) != n.output_size())
       fail(ErrorCode::kInvalidArgument, where_ + ": split sizes do not cover the axis");
     return sizes;
@@ -809,6 +957,9 @@ class Importer {
     if (op == "Flatten") {
       const auto r = static_cast<int64_t>(s.size());
       int64_t ax = attr_i(n, "axis", 1);
+      if (ax < -r || ax > r)
+        fail(ErrorCode::kInvalidArgument,
+             where_ + ": axis " + std::to_string(ax) + " for rank " + std::to_string(r));
       if (ax < 0) ax += r;
       return {numel(Shape(s.begin(), s.begin() + ax)), numel(Shape(s.begin() + ax, s.end()))};
     }
@@ -818,6 +969,9 @@ class Importer {
       for (size_t i = 0; i < s.size(); ++i) {
         bool drop = ax.empty() ? s[i] == 1 : false;
         for (int64_t a : ax) drop |= norm_axis(a, s.size(), where_) == static_cast<int>(i);
+        if (drop && s[i] != 1)
+          fail(ErrorCode::kInvalidArgument, where_ + ": squeezing dim " + std::to_string(i) +
+                                                " of size " + std::to_string(s[i]));
         if (!drop) y.push_back(s[i]);
       }
       return y;
@@ -825,7 +979,12 @@ class Importer {
     // Unsqueeze
     const size_t r = s.size() + ax.size();
     std::vector<char> at(r, 0);
-    for (int64_t a : ax) at[static_cast<size_t>(norm_axis(a, r, where_))] = 1;
+    for (int64_t a : ax) {
+      char& slot = at[static_cast<size_t>(norm_axis(a, r, where_))];
+      if (slot)
+        fail(ErrorCode::kInvalidArgument, where_ + ": axis " + std::to_string(a) + " repeated");
+      slot = 1;
+    }
     Shape y;
     size_t k = 0;
     for (size_t i = 0; i < r; ++i) y.push_back(at[i] ? 1 : s[k++]);
@@ -883,13 +1042,19 @@ class Importer {
     if (op == "Cast") {
       const DType to = dtype_of(static_cast<int32_t>(attr_i(n, "to", 1)), where_);
       const TensorId x = id_of(n.input(0));
-      if (attr_i(n, "to", 1) == onnx::TensorProto::BOOL && desc(x).dtype != DType::kU8) {
+      const DType from = desc(x).dtype;
+      if (attr_i(n, "to", 1) == onnx::TensorProto::BOOL) {
         // bool: nonzero -> 1
         set_rt(out,
                emit(name, ops::CompareParam{.type = ops::CompareType::kNot},
                     {emit(name + ".not", ops::CompareParam{.type = ops::CompareType::kNot}, {x})}));
         return;
       }
+      const bool is_float = from == DType::kF32 || from == DType::kBF16 || from == DType::kF16;
+      if (is_float && to != DType::kF32 && to != DType::kBF16 && to != DType::kF16)
+        fail(ErrorCode::kUnsupported, where_ +
+                                          ": a float to integer cast at run time (ONNX "
+                                          "truncates; our Cast rounds to nearest even)");
       set_rt(out, emit(name, ops::ElementwiseParam{.type = ElementwiseType::kCast, .out_dtype = to},
                        {x}));
       return;
@@ -915,11 +1080,16 @@ class Importer {
       ops::LinearParam p;
       p.transpose_a = attr_i(n, "transA", 0) != 0;
       p.transpose_b = attr_i(n, "transB", 0) != 0;
+      // A weight computed at run time must be read every call, not packed once.
+      p.constant_weight = is_const(n.input(1));
       std::vector<TensorId> in = {id_of(n.input(0)), id_of(n.input(1))};
       if (n.input_size() > 2 && !n.input(2).empty()) {
         const Shape cs = shape_of(n.input(2));
         const int64_t nout = p.transpose_b ? shape_of(n.input(1))[0] : shape_of(n.input(1))[1];
-        if (numel(cs) != nout)
+        const bool per_column = (cs.size() == 1 && cs[0] == nout) ||
+                                (cs.size() == 2 && cs[0] == 1 && cs[1] == nout) ||
+                                (numel(cs) == 1 && nout == 1);
+        if (!per_column)
           fail(ErrorCode::kUnsupported,
                where_ + ": bias C of shape " + shape_to_string(cs) + " (only per-column bias)");
         TensorId c = id_of(n.input(2));
@@ -1008,6 +1178,7 @@ class Importer {
           n.input_size() > 3 && !n.input(3).empty() ? ints(n.input(3)) : std::vector<int64_t>{};
       const std::vector<int64_t> sp =
           n.input_size() > 4 && !n.input(4).empty() ? ints(n.input(4)) : std::vector<int64_t>{};
+      slice_lengths(st, en, ax, sp);
       for (size_t i = 0; i < st.size(); ++i) {
         if (!sp.empty() && sp[i] != 1)
           fail(ErrorCode::kUnsupported, where_ + ": slice step other than 1");
@@ -1044,7 +1215,11 @@ class Importer {
         // x[..., i, ...]: a slice and a squeeze, no copy.
         const TensorId x = rt(n.input(0));
         const int a = norm_axis(axis, static_cast<size_t>(desc(x).ndim), where_);
-        int64_t i = static_cast<int64_t>(lit(n.input(1)).v[0]);
+        int64_t i = ints(n.input(1))[0];
+        if (i < -desc(x).dim(a) || i >= desc(x).dim(a))
+          fail(ErrorCode::kInvalidArgument, where_ + ": index " + std::to_string(i) +
+                                                " out of range for a dim of " +
+                                                std::to_string(desc(x).dim(a)));
         if (i < 0) i += desc(x).dim(a);
         const TensorId s = emit(name + ".slice", Slice{.axis = a, .start = i, .end = i + 1}, {x});
         Shape sh = desc(s).shape();
@@ -1096,7 +1271,14 @@ Graph import_onnx(const std::string& path, const Bindings& dims, OnnxInfo* info)
   if (im.opset() == 0 || im.opset() > 18)
     throw Error(ErrorCode::kUnsupported,
                 "ONNX import: opset " + std::to_string(im.opset()) + " (supported: 11-18)");
-  Graph g = im.run();
+  Graph g;
+  try {
+    g = im.run();
+  } catch (const Error& e) {  // errors from below (tensor sizes, ...) say where they come from
+    const std::string msg = e.what();
+    if (msg.rfind("ONNX import", 0) == 0) throw;
+    throw Error(e.code(), "ONNX import: '" + path + "': " + msg);
+  }
   if (info) {
     info->nodes = model.graph().node_size();
     info->constants = 0;

@@ -24,15 +24,26 @@ using ops::ElementwiseType;
 struct State {
   Graph& g;
   std::vector<TensorDesc> example;
-  std::vector<TensorDesc> d;  // every tensor under the example inputs
-  std::vector<int> prod;      // tensor -> producing node, -1
-  std::vector<int> uses;      // tensor -> reading nodes (+1 if a graph output)
-  std::vector<char> out;      // tensor is a graph output
-  std::vector<char> dirty;    // node rewritten in this sweep
+  std::vector<TensorDesc> example2;  // the example with every symbolic dim + 1 (or empty)
+  std::vector<TensorDesc> d;         // every tensor under the example inputs
+  std::vector<TensorDesc> d2;        // ... and under example2
+  std::vector<int> prod;             // tensor -> producing node, -1
+  std::vector<int> uses;             // tensor -> reading nodes (+1 if a graph output)
+  std::vector<char> out;             // tensor is a graph output
+  std::vector<char> dirty;           // node rewritten in this sweep
 
   void refresh() {
     g.validate_and_sort();
     d = g.infer(example);
+    // Shapes at a second binding: a rewrite that holds only because a symbolic dim happens to
+    // be 1 (or equal to another) in the example must not fire.
+    d2 = d;
+    if (!example2.empty()) {
+      try {
+        d2 = g.infer(example2);
+      } catch (const Error&) {  // the graph fixes its sizes (a constant mask, say)
+      }
+    }
     const size_t nt = g.tensors().size();
     prod.assign(nt, -1);
     uses.assign(nt, 0);
@@ -52,6 +63,10 @@ struct State {
   const Node& node(int k) const { return g.nodes()[static_cast<size_t>(k)]; }
   Node& mnode(int k) { return g.mutable_nodes()[static_cast<size_t>(k)]; }
   const TensorDesc& desc(TensorId t) const { return d[static_cast<size_t>(t)]; }
+  bool same(TensorId a, TensorId b) const {
+    return d[static_cast<size_t>(a)].same_shape(d[static_cast<size_t>(b)]) &&
+           d2[static_cast<size_t>(a)].same_shape(d2[static_cast<size_t>(b)]);
+  }
   int producer(TensorId t) const {
     return t >= 0 && static_cast<size_t>(t) < prod.size() ? prod[static_cast<size_t>(t)] : -1;
   }
@@ -126,10 +141,9 @@ int remove_noop(State& s) {
     const TensorId in = n.inputs[0], o = n.outputs[0];
     if (s.out[static_cast<size_t>(o)]) continue;  // the graph's output ids stay produced
     const TensorDesc& a = s.desc(in);
-    const TensorDesc& b = s.desc(o);
     bool noop = false;
     if (is_view(n.op)) {
-      noop = a.same_shape(b);
+      noop = s.same(in, o);  // at both example bindings: symbolic dims must agree too
     } else if (const auto* t = s.param<ops::TransposeParam>(static_cast<int>(k))) {
       bool identity = true;
       for (size_t i = 0; i < t->perm.size(); ++i)
@@ -183,14 +197,16 @@ int fold_constants(State& s) {
       run_operation(*op, pack, ctx);
       outs = pack.outputs;
     }
+    bool replaced = false;
     for (size_t j = 0; j < n.outputs.size(); ++j) {
       const TensorId o = n.outputs[j];
-      if (s.out[static_cast<size_t>(o)]) continue;
+      if (s.out[static_cast<size_t>(o)]) continue;  // a graph output stays computed
+      replaced = true;
       const TensorId w =
           s.add_weight(n.name + (n.outputs.size() > 1 ? ":" + std::to_string(j) : ""), outs[j]);
       s.g.replace_uses(o, w);
     }
-    ++fired;
+    fired += replaced ? 1 : 0;
   }
   return fired;
 }
@@ -205,8 +221,7 @@ int silu(State& s) {
       const TensorId sg = n.inputs[static_cast<size_t>(side)];
       const TensorId x = n.inputs[static_cast<size_t>(1 - side)];
       const int ks = s.ew_of(sg, ElementwiseType::kSigmoid);
-      if (ks < 0 || s.node(ks).inputs[0] != x || !s.desc(x).same_shape(s.desc(n.outputs[0])))
-        continue;
+      if (ks < 0 || s.node(ks).inputs[0] != x || !s.same(x, n.outputs[0])) continue;
       s.mark({ks});
       s.set_op(k, ops::ActivationParam{.type = ops::ActivationType::kSilu}, {x});
       ++fired;
@@ -342,7 +357,7 @@ int gelu(State& s) {
       } else {
         continue;
       }
-      if (!s.desc(x).same_shape(s.desc(s.node(k).outputs[0]))) continue;
+      if (!s.same(x, s.node(k).outputs[0])) continue;
       for (int u : nodes)
         if (u != k) s.mark({u});
       s.set_op(k, ops::ActivationParam{.type = type}, {x});
@@ -449,7 +464,7 @@ int norms(State& s) {
       const TensorId a = n.inputs[static_cast<size_t>(1 - side)];
       const Tensor* wt = s.weight(w);
       if (!wt || wt->ndim() != 1 || s.desc(a).ndim < 1 || wt->dim(0) != s.desc(a).dim(-1) ||
-          !s.desc(a).same_shape(s.desc(y)))
+          !s.same(a, y))
         continue;
       std::vector<int> used;
       TensorId x = -1;
@@ -551,7 +566,7 @@ int linear_bias(State& s) {
       const auto* l = plain_linear(s, t, &kl);
       const Tensor* bt = s.weight(b);
       if (!l || l->has_bias || l->activation != ops::Activation::kNone || !bt || bt->ndim() != 1 ||
-          bt->dim(0) != s.desc(t).dim(-1) || !s.desc(t).same_shape(s.desc(n.outputs[0])))
+          bt->dim(0) != s.desc(t).dim(-1) || !s.same(t, n.outputs[0]))
         continue;
       ops::LinearParam p = *l;
       p.has_bias = true;
@@ -774,8 +789,8 @@ int linear_residual(State& s) {
       const TensorId t = n.inputs[static_cast<size_t>(side)];
       const TensorId r = n.inputs[static_cast<size_t>(1 - side)];
       const auto* l = linear_through_view(s, t, &kl, &kv);
-      if (!l || r == t || !s.desc(t).same_shape(s.desc(r)) ||
-          !s.desc(t).same_shape(s.desc(n.outputs[0])) || s.desc(r).dtype != s.desc(t).dtype)
+      if (!l || r == t || !s.same(t, r) || !s.same(t, n.outputs[0]) ||
+          s.desc(r).dtype != s.desc(t).dtype)
         continue;
       ops::LinearParam p = *l;
       p.has_residual = true;
@@ -818,9 +833,7 @@ int prenorm(State& s) {
     if (!s.free(ka) || !s.ew(ka, ElementwiseType::kAdd)) continue;
     const Node& add = s.node(ka);
     const TensorId a = add.inputs[0], b = add.inputs[1];
-    if (!s.desc(a).same_shape(s.desc(sum)) || !s.desc(b).same_shape(s.desc(sum)) || s.weight(a) ||
-        s.weight(b))
-      continue;
+    if (!s.same(a, sum) || !s.same(b, sum) || s.weight(a) || s.weight(b)) continue;
     if (s.out[static_cast<size_t>(sum)]) continue;  // keep graph outputs where they are
     const bool others = !s.single(sum);
     std::vector<TensorId> in = {a, b};
@@ -860,6 +873,11 @@ TensorId transpose_source(const State& s, TensorId t, std::vector<int>* perm,
     const int k = s.producer(t);
     const auto* tp = s.param<ops::TransposeParam>(k);
     if (!tp || !s.free(k) || !s.single(t)) return t;
+    if (tp->perm.empty()) {  // the identity: a contiguous copy
+      used->push_back(k);
+      t = s.node(k).inputs[0];
+      continue;
+    }
     // t.dim(i) = in.dim(p[i]); composite: result.dim(i) = t.dim(perm[i]) = in.dim(p[perm[i]]).
     std::vector<int> next(static_cast<size_t>(rank));
     for (int i = 0; i < rank; ++i)
@@ -882,9 +900,13 @@ int layout_of(const std::vector<int>& perm) {
 // The mask kind of a constant additive mask (Sq, Sk) or (1, 1, Sq, Sk): causal when entries
 // visible under bottom-right causal alignment are 0 and the others are -inf or <= -1e4 (which
 // exp underflows to exactly 0 in f32 after the max is subtracted).
-bool causal_mask(const Tensor& m) {
+// *all_inf: every hidden entry is -inf (then any softmax scale keeps it hidden). Sq > Sk is
+// not causal here: its first rows see no key, which the unfused softmax does not turn to 0.
+bool causal_mask(const Tensor& m, bool* all_inf) {
   if (m.ndim() < 2 || m.numel() != m.dim(-1) * m.dim(-2) || m.dtype() != DType::kF32) return false;
   const int64_t sq = m.dim(-2), sk = m.dim(-1);
+  if (sq > sk) return false;
+  *all_inf = true;
   const Tensor c = m.contiguous_copy();
   const float* p = c.data_as<float>();
   for (int64_t i = 0; i < sq; ++i)
@@ -892,6 +914,7 @@ bool causal_mask(const Tensor& m) {
       const float v = p[i * sk + j];
       const bool visible = j <= i + sk - sq;
       if (visible ? v != 0.0f : !(v <= -1e4f)) return false;
+      if (!visible && !std::isinf(v)) *all_inf = false;
     }
   return true;
 }
@@ -929,7 +952,9 @@ int attention(State& s) {
         const bool per_batch = md.ndim == 4 && md.dim(1) == 1 && md.dim(0) == sd.dim(0);
         if (!batchless && !per_batch) continue;
         const Tensor* mw = s.weight(m);
-        if (mw && causal_mask(*mw)) {
+        bool all_inf = false;
+        // A finite "hidden" value stays hidden only if nothing scales it toward 0.
+        if (mw && causal_mask(*mw, &all_inf) && (all_inf || scale == 1.0)) {
           causal = true;
         } else {
           if (scale != 1.0) continue;  // softmax's scale would scale the mask too
@@ -1003,6 +1028,8 @@ int attention(State& s) {
       }
     }
     if (layout == ops::QkvLayout::kBSND && k_ot < 0) continue;  // would need a transpose back
+    // The op reads scale 0 as "1/sqrt(D)"; a real zero (or a non-finite scale) stays unfused.
+    if (!(std::isfinite(scale) && scale != 0.0)) continue;
     ops::AttentionParam ap;
     ap.layout = layout;
     ap.scale = static_cast<float>(scale);
@@ -1071,7 +1098,11 @@ OptimizeResult optimize(Graph& g, const std::vector<TensorDesc>& example_inputs,
   }
   OptimizeResult r;
   for (const Pattern& p : kPatterns) r.fired[p.name] = 0;
-  State s{g, example_inputs, {}, {}, {}, {}, {}};
+  State s{g, example_inputs, {}, {}, {}, {}, {}, {}, {}};
+  if (Bindings b = g.bind(example_inputs); !b.empty()) {
+    for (auto& [name, v] : b) ++v;
+    s.example2 = g.input_descs(b);
+  }
   s.refresh();
   r.ops_before = g.op_count();
   for (int round = 0; round < 64; ++round) {

@@ -96,6 +96,13 @@ class GatherOp : public OpBase<ops::GatherParam> {
     return {TensorDesc::contiguous(in[0].dtype, s)};
   }
 
+  size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
+    if (!pack.outputs[0].is_contiguous())
+      chk.fail(ErrorCode::kInvalidArgument,
+               "output 0 (y) must be contiguous, got " + pack.outputs[0].desc().to_string());
+    return 0;
+  }
+
   void do_execute(const VariantPack& pack, void*, Context& ctx) override {
     const Tensor& data = pack.inputs[0];
     const Tensor& idx = pack.inputs[1];
@@ -107,7 +114,17 @@ class GatherOp : public OpBase<ops::GatherParam> {
     std::vector<int64_t> ix(static_cast<size_t>(ni));
     const Shape is = idx.shape();
     for (int64_t i = 0; i < ni; ++i) {
-      auto v = static_cast<int64_t>(load(idx.data(), idx.dtype(), offset_of(i, is, idx.desc())));
+      // Indices read as integers (a double would not hold every int64).
+      const char* ip = static_cast<const char*>(idx.data()) +
+                       offset_of(i, is, idx.desc()) * static_cast<int64_t>(dtype_size(idx.dtype()));
+      int64_t v = 0;
+      if (idx.dtype() == DType::kI64) {
+        std::memcpy(&v, ip, 8);
+      } else {
+        int32_t w;
+        std::memcpy(&w, ip, 4);
+        v = w;
+      }
       if (v < -n || v >= n)
         Checker(name()).fail(ErrorCode::kInvalidArgument,
                              "input 1 (indices) element " + std::to_string(i) + " = " +
@@ -160,6 +177,13 @@ class WhereOp : public OpBase<ops::WhereParam> {
     return {TensorDesc::contiguous(in[1].dtype, broadcast_shapes(chk, in, {"cond", "x", "z"}))};
   }
 
+  size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
+    if (!pack.outputs[0].is_contiguous())
+      chk.fail(ErrorCode::kInvalidArgument,
+               "output 0 (y) must be contiguous, got " + pack.outputs[0].desc().to_string());
+    return 0;
+  }
+
   void do_execute(const VariantPack& pack, void*, Context& ctx) override {
     const Tensor& c = pack.inputs[0];
     const Tensor& x = pack.inputs[1];
@@ -195,6 +219,13 @@ class CompareOp : public OpBase<ops::CompareParam> {
     const bool unary = param_.type == ops::CompareType::kNot;
     chk.count(in, unary ? 1 : 2, unary ? "a" : "a, b");
     return {TensorDesc::contiguous(DType::kU8, broadcast_shapes(chk, in, {"a", "b"}))};
+  }
+
+  size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
+    if (!pack.outputs[0].is_contiguous())
+      chk.fail(ErrorCode::kInvalidArgument,
+               "output 0 (y) must be contiguous, got " + pack.outputs[0].desc().to_string());
+    return 0;
   }
 
   void do_execute(const VariantPack& pack, void*, Context& ctx) override {

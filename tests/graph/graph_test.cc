@@ -308,6 +308,85 @@ TEST(Executor, BadInputsAreNamedAndOutputsUntouched) {
         "output 0");
 }
 
+TEST(Executor, OutputsThatOverlapInputsOrChangeAfterSetupAreErrors) {
+  Rng rng;
+  Graph g;
+  const TensorId x = g.input("x", DType::kF32, {"n", 8});
+  g.output(ew(g, ElementwiseType::kExp, ew(g, ElementwiseType::kNeg, x)), "y");
+  auto ex = graph::make_graph_executor(std::make_shared<Graph>(g));
+  Context ctx;
+  Tensor in = random(rng, DType::kF32, {3, 8});
+  auto fails = [&](VariantPack pack, const std::string& what) {
+    try {
+      run_operation(*ex, pack, ctx);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  fails({{in}, {in}}, "overlaps input 0");
+  // A good setup, then an execute with a smaller output: checked, not written past.
+  Tensor y = Tensor::empty(DType::kF32, {3, 8});
+  VariantPack good{{in}, {y}};
+  ex->setup(good, ctx);
+  Tensor small = Tensor::zeros(DType::kF32, {3, 7});
+  VariantPack bad{{in}, {small}};
+  try {
+    ex->execute(bad, nullptr, 0, ctx);
+    ADD_FAILURE() << "no error for a smaller output";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected contiguous f32[3,8]"), std::string::npos)
+        << e.what();
+  }
+  for (int64_t i = 0; i < small.numel(); ++i) ASSERT_EQ(small.data_as<float>()[i], 0.0f);
+}
+
+// Optimized at batch 1, run at batch 3: a view that is a no-op only because batch is 1 must
+// survive the passes, and a broadcast residual must not be folded into a Linear.
+TEST(Executor, PassesDoNotBakeInTheExampleBinding) {
+  Rng rng;
+  Graph g;
+  const TensorId x = g.input("x", DType::kF32, {"batch", "seq", 16});
+  const TensorId r = g.input("r", DType::kF32, {1, "seq", 12});
+  const TensorId first =
+      g.add1("first_rows", graph::Slice{.axis = 0, .start = 0, .end = 1}, {x});  // (1, seq, 16)
+  const TensorId mm =
+      g.add1("mm", ops::MatMulParam{}, {x, g.weight("w", random(rng, DType::kF32, {16, 12}))});
+  g.output(ew(g, ElementwiseType::kAdd, mm, r), "y");  // r broadcasts over batch
+  g.output(ew(g, ElementwiseType::kNeg, first), "first");
+  Graph f = g;
+  graph::optimize(f, {TensorDesc::contiguous(DType::kF32, {1, 5, 16}),
+                      TensorDesc::contiguous(DType::kF32, {1, 5, 12})});
+  const std::vector<Tensor> in = {random(rng, DType::kF32, {3, 5, 16}),
+                                  random(rng, DType::kF32, {1, 5, 12})};
+  const auto ref = eval64(g, in);
+  const auto out = run(f, in);
+  EXPECT_LT(rel_error(out[0], ref[0]), 1e-5);
+  EXPECT_EQ(out[1].shape(), (Shape{1, 5, 16}));
+  EXPECT_LT(rel_error(out[1], ref[1]), 1e-6);
+}
+
+// Several views that need a copy to be reshaped, each with its own copy op, set up on the
+// helper thread while earlier ones run.
+TEST(Executor, TwoStageWithCopiedReshapes) {
+  Rng rng;
+  Graph g;
+  const TensorId x = g.input("x", DType::kF32, {6, 4, 5});
+  std::vector<TensorId> parts;
+  for (int i = 0; i < 4; ++i) {
+    const TensorId t =
+        g.add1("", graph::Slice{.axis = 2, .start = i, .end = i + 2}, {x});  // strided
+    parts.push_back(ew(g, ElementwiseType::kNeg, g.add1("", graph::Reshape{.shape = {-1}}, {t})));
+  }
+  g.output(g.add1("cat", ops::ConcatParam{.axis = 0}, parts), "y");
+  const std::vector<Tensor> in = {random(rng, DType::kF32, {6, 4, 5})};
+  const auto ref = eval64(g, in);
+  for (const int async : {0, 1}) {
+    const auto out = run(g, in, {.async = async});
+    EXPECT_EQ(rel_error(out[0], ref[0]), 0.0) << "async " << async;
+  }
+}
+
 TEST(Executor, GraphsNest) {
   Rng rng;
   // inner: y = silu(x) * 2 ; outer: z = inner(x + x)

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "tboost/graph/executor.h"
@@ -115,6 +116,41 @@ TEST(OnnxImport, BadFilesAreNamedErrors) {
   std::ofstream(text) << "this is not protobuf";
   expect(text, ErrorCode::kInvalidArgument, "not a valid ONNX model");
   std::remove(text.c_str());
+}
+
+// Hand-made malformed models (wrong input counts, repeated axes, out-of-range indices, sizes
+// that overflow or would take terabytes, ...): each must be a tboost::Error, never a crash
+// (the suite also runs under ASan + UBSan).
+TEST(OnnxImport, MalformedModelsAreErrorsNotCrashes) {
+  if (!graph::onnx_import_available()) GTEST_SKIP() << "built without libonnx";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(kData + "malformed")) {
+    SCOPED_TRACE(e.path().filename().string());
+    ++n;
+    try {
+      graph::Graph g = graph::import_onnx(e.path().string(), {{"batch", 1}, {"seq", 4}});
+      ADD_FAILURE() << "imported without an error";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("ONNX import"), std::string::npos) << err.what();
+    }
+  }
+  EXPECT_GE(n, 20);
+}
+
+// A Gemm whose B is computed at run time must not be packed once at setup; a nameless node
+// whose output value shares its name with an intermediate still imports.
+TEST(OnnxImport, RuntimeGemmWeightAndNamelessNodes) {
+  if (!graph::onnx_import_available()) GTEST_SKIP() << "built without libonnx";
+  const std::string dir = kData + "gemm_runtime_b/";
+  const Tensor x = npy::load(dir + "x.npy"), w = npy::load(dir + "w.npy");
+  graph::Graph g = graph::import_onnx(dir + "model.onnx", {});
+  std::vector<Tensor> in;
+  for (graph::TensorId id : g.inputs()) in.push_back(g.tensor(id).name == "x" ? x : w);
+  const Tensor ref = npy::load(dir + "reference.npy");
+  EXPECT_LT(rel_error(run(g, in)[0], ref), 1e-5);
+  graph::Graph s =
+      graph::import_onnx(kData + "nameless_slice_output.onnx", {{"batch", 2}, {"seq", 5}});
+  EXPECT_EQ(s.tensor(s.outputs()[0]).name, "y");
 }
 
 }  // namespace

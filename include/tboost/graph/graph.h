@@ -116,6 +116,9 @@ class Graph {
   // Marks a produced tensor as a graph output (renamed when name is given).
   void output(TensorId t, const std::string& name = "");
   TensorId id(const std::string& name) const;  // throws when unknown
+  bool has(const std::string& name) const { return by_name_.count(name) != 0; }
+  // Gives t a new, unused name (throws when taken).
+  void rename(TensorId t, const std::string& name);
 
   // ---- builder by id
   struct IdNode {
