@@ -199,6 +199,18 @@ ShapePlan make_plan(const Graph& g, const std::vector<TensorDesc>& input_descs, 
         continue;
       }
       p.copy_reshape[k] = 1;  // materialized: a contiguous copy, then reinterpreted
+    } else if (const auto* ip = std::get_if<AnyParam>(&n.op);
+               ip && std::holds_alternative<ops::ReshapeAndCacheParam>(*ip)) {
+      // In place: the caches (inputs 3, 4) are the outputs. A graph output that is one of
+      // them gets a copy of the updated cache at the end.
+      for (size_t i = 0; i < 2; ++i) {
+        const TensorId o = n.outputs[i], c = n.inputs[3 + i];
+        Slot& s = p.slot[static_cast<size_t>(o)];
+        s.where = Where::kView, s.base = c, s.elem_offset = 0;
+        p.desc[static_cast<size_t>(o)] = p.desc[static_cast<size_t>(c)];
+        if (out_index[static_cast<size_t>(o)] >= 0) p.out_copy.push_back(o);
+      }
+      continue;
     }
     for (TensorId o : n.outputs) {
       Slot& s = p.slot[static_cast<size_t>(o)];
@@ -257,6 +269,17 @@ ShapePlan make_plan(const Graph& g, const std::vector<TensorDesc>& input_descs, 
       continue;
     }
     ++r.ops;
+    if (const auto* ip = std::get_if<AnyParam>(&n.op);
+        ip && std::holds_alternative<ops::ReshapeAndCacheParam>(*ip)) {
+      // Reads k, v, slots (and positions), writes those k and v rows into the caches.
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        if (i != 3 && i != 4)
+          r.bytes_moved +=
+              static_cast<int64_t>(desc_bytes(p.desc[static_cast<size_t>(n.inputs[i])]));
+      r.bytes_moved += static_cast<int64_t>(desc_bytes(p.desc[static_cast<size_t>(n.inputs[0])]) +
+                                            desc_bytes(p.desc[static_cast<size_t>(n.inputs[1])]));
+      continue;
+    }
     for (TensorId t : n.inputs)
       r.bytes_moved += static_cast<int64_t>(desc_bytes(p.desc[static_cast<size_t>(t)]));
     for (TensorId t : n.outputs)

@@ -1051,6 +1051,31 @@ int attention(State& s) {
   return fired;
 }
 
+// ---- rope_cache_write: Rope(k) -> ReshapeAndCache(k, ...) -> one ReshapeAndCache that
+// rotates k as it writes the cache (the rotated k never exists outside the cache).
+int rope_cache_write(State& s) {
+  int fired = 0;
+  for (int k = 0; k < static_cast<int>(s.g.nodes().size()); ++k) {
+    const auto* rc = s.param<ops::ReshapeAndCacheParam>(k);
+    if (!rc || !s.free(k) || rc->apply_rope) continue;
+    const Node& n = s.node(k);
+    const int kr = s.producer(n.inputs[0]);
+    const auto* rp = s.param<ops::RopeParam>(kr);
+    if (!rp || !s.free(kr) || !s.single(n.inputs[0]) || s.desc(s.node(kr).inputs[0]).ndim != 3)
+      continue;
+    ops::ReshapeAndCacheParam p;
+    p.apply_rope = true;
+    p.rope = *rp;
+    const Node& rn = s.node(kr);
+    std::vector<TensorId> in = {rn.inputs[0], n.inputs[1], n.inputs[2],
+                                n.inputs[3],  n.inputs[4], rn.inputs[1]};
+    s.mark({kr});
+    s.set_op(k, p, in);
+    ++fired;
+  }
+  return fired;
+}
+
 int dead_nodes(State& s) { return s.g.prune(); }
 
 struct Pattern {
@@ -1078,6 +1103,7 @@ constexpr Pattern kPatterns[] = {
     {"linear_residual", linear_residual},
     {"attention", attention},
     {"prenorm", prenorm},
+    {"rope_cache_write", rope_cache_write},
     {"dead_nodes", dead_nodes},
 };
 

@@ -466,8 +466,8 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
   using OpBase::OpBase;
   const char* name() const override { return "ReshapeAndCache"; }
   std::string input_role(size_t i) const override {
-    static const char* r[] = {"k", "v", "slot_mapping", "key_cache", "value_cache"};
-    return i < 5 ? r[i] : "extra";
+    static const char* r[] = {"k", "v", "slot_mapping", "key_cache", "value_cache", "positions"};
+    return i < 6 ? r[i] : "extra";
   }
   std::string output_role(size_t i) const override { return i == 0 ? "key_cache" : "value_cache"; }
   Overlap input_overlap(size_t i) const override {
@@ -476,7 +476,9 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
 
   std::vector<TensorDesc> do_infer_shape(const std::vector<TensorDesc>& in) const override {
     const Checker chk(name());
-    chk.count(in, 5, "k, v, slot_mapping, key_cache, value_cache");
+    chk.count(in, param_.apply_rope ? 6 : 5,
+              param_.apply_rope ? "k, v, slot_mapping, key_cache, value_cache, positions"
+                                : "k, v, slot_mapping, key_cache, value_cache");
     const TensorDesc &k = in[0], &v = in[1], &sm = in[2], &kc = in[3], &vc = in[4];
     chk.rank(0, "k", k, 3, 3);
     chk.dtype_in(0, "k", k, {DType::kF32, DType::kBF16, DType::kF16});
@@ -500,11 +502,34 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
     for (int ax = 0; ax < 3; ++ax)
       chk.dim_eq(4, "value_cache", vc, ax, kc.dim(ax), "(key_cache's)");
     chk.dim_eq(4, "value_cache", vc, 3, v.dim(2), "head dim (v's)");
+    if (param_.apply_rope) {
+      const TensorDesc& pos = in[5];
+      chk.dtype_in(5, "positions", pos, {DType::kI32, DType::kI64});
+      if (pos.numel() != k.dim(0))
+        chk.fail(ErrorCode::kShapeMismatch, "input 5 (positions) " + pos.shape_string() +
+                                                " must hold one position per token (" +
+                                                to_string(k.dim(0)) + ")");
+      const int64_t r = param_.rope.rotary_dim ? param_.rope.rotary_dim : k.dim(2);
+      chk.param(r > 0 && r % 2 == 0 && r <= k.dim(2),
+                "rope rotary_dim " + to_string(r) + " must be even and at most the head dim " +
+                    to_string(k.dim(2)));
+      chk.param(param_.rope.theta > 0 && param_.rope.scaling_factor > 0,
+                "rope theta and scaling must be positive");
+    }
     return {TensorDesc::contiguous(kc.dtype, kc.shape()),
             TensorDesc::contiguous(vc.dtype, vc.shape())};
   }
 
   size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
+    if (param_.apply_rope) {  // theta^(-2i/r), as the Rope op makes it
+      const int64_t d = pack.inputs[0].dim(2);
+      const int64_t r = param_.rope.rotary_dim ? param_.rope.rotary_dim : d;
+      inv_freq_.resize(static_cast<size_t>(r / 2));
+      for (int64_t i = 0; i < r / 2; ++i)
+        inv_freq_[static_cast<size_t>(i)] =
+            std::pow(static_cast<double>(param_.rope.theta),
+                     -2.0 * static_cast<double>(i) / static_cast<double>(r));
+    }
     for (int i = 0; i < 2; ++i)
       if (!same_view(pack.outputs[static_cast<size_t>(i)], pack.inputs[static_cast<size_t>(3 + i)]))
         chk.fail(ErrorCode::kInvalidArgument,
@@ -551,11 +576,15 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
             const int64_t t = r / H, h = r % H, s = slot[static_cast<size_t>(t)];
             if (s < 0) continue;
             const int64_t blk = s / bs, off = s % bs;
-            convert(static_cast<char*>(kc.data()) +
-                        (blk * kc.stride(0) + h * kc.stride(1) + off * kc.stride(2)) * ces,
-                    kc.dtype(),
-                    static_cast<const char*>(k.data()) + (t * k.stride(0) + h * k.stride(1)) * kes,
-                    k.dtype(), k.dim(2));
+            char* kdst = static_cast<char*>(kc.data()) +
+                         (blk * kc.stride(0) + h * kc.stride(1) + off * kc.stride(2)) * ces;
+            const char* ksrc =
+                static_cast<const char*>(k.data()) + (t * k.stride(0) + h * k.stride(1)) * kes;
+            if (param_.apply_rope) {
+              rotate_into(kdst, kc.dtype(), ksrc, k.dtype(), k.dim(2), position(pack.inputs[5], t));
+            } else {
+              convert(kdst, kc.dtype(), ksrc, k.dtype(), k.dim(2));
+            }
             convert(static_cast<char*>(vc.data()) +
                         (blk * vc.stride(0) + h * vc.stride(1) + off * vc.stride(2)) * ces,
                     vc.dtype(),
@@ -564,6 +593,42 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
           }
         });
   }
+
+ private:
+  static double position(const Tensor& pos, int64_t t) {
+    const int64_t off = element_view(pos.desc()).offset(t);
+    return pos.dtype() == DType::kI64 ? static_cast<double>(pos.data_as<const int64_t>()[off])
+                                      : pos.data_as<const int32_t>()[off];
+  }
+
+  // One head row of k rotated (Rope's formula: angle of pair i = p / scaling * inv_freq[i],
+  // in f64, then f32 products) and converted into the cache row. Scalar: a decode step
+  // rotates a few rows; the sin/cos of a row cost as much as its products.
+  void rotate_into(char* dst, DType dt, const char* src, DType st, int64_t d, double p) const {
+    float x[1024], y[1024];  // a head row on the stack; longer rows take the heap
+    std::vector<float> xb, yb;
+    float* xs = x;
+    float* ys = y;
+    if (d > 1024) {
+      xb.resize(static_cast<size_t>(d)), yb.resize(static_cast<size_t>(d));
+      xs = xb.data(), ys = yb.data();
+    }
+    convert(xs, DType::kF32, src, st, d);
+    const int64_t half = static_cast<int64_t>(inv_freq_.size());
+    const bool interleaved = param_.rope.rotation == ops::RopeRotation::kInterleaved;
+    const double pp = p / static_cast<double>(param_.rope.scaling_factor);
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = std::remainder(pp * inv_freq_[static_cast<size_t>(i)], 2.0 * M_PI);
+      const auto c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
+      const int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+      ys[i0] = xs[i0] * c - xs[i1] * s;
+      ys[i1] = xs[i1] * c + xs[i0] * s;
+    }
+    for (int64_t i = 2 * half; i < d; ++i) ys[i] = xs[i];
+    convert(dst, dt, ys, DType::kF32, d);
+  }
+
+  std::vector<double> inv_freq_;
 };
 
 }  // namespace

@@ -317,6 +317,26 @@ std::vector<T64> eval64(const graph::Graph& g, const std::vector<Tensor>& inputs
         const int64_t cols = in[0].shape.back();
         kernels::ref::softmax(&o, in[0].v, numel(in[0].shape) / cols, cols, sm->scale);
         y = {in[0].shape, o.value};
+      } else if (std::holds_alternative<ops::ReshapeAndCacheParam>(p)) {
+        // k (T, H, D), v, slots (T), caches (blocks, H, block_size, D): rows scattered.
+        T64 kc = in[3], vc = in[4];
+        const int64_t T = in[0].shape[0], H = in[0].shape[1], D = in[0].shape[2],
+                      Dv = in[1].shape[2], bs = kc.shape[2];
+        for (int64_t t = 0; t < T; ++t) {
+          const auto slot = static_cast<int64_t>(in[2].v[static_cast<size_t>(t)]);
+          if (slot < 0) continue;
+          const int64_t blk = slot / bs, off = slot % bs;
+          for (int64_t h = 0; h < H; ++h) {
+            for (int64_t d = 0; d < D; ++d)
+              kc.v[static_cast<size_t>(((blk * H + h) * bs + off) * D + d)] =
+                  in[0].v[static_cast<size_t>((t * H + h) * D + d)];
+            for (int64_t d = 0; d < Dv; ++d)
+              vc.v[static_cast<size_t>(((blk * H + h) * bs + off) * Dv + d)] =
+                  in[1].v[static_cast<size_t>((t * H + h) * Dv + d)];
+          }
+        }
+        val[static_cast<size_t>(n.outputs[1])] = vc;
+        y = kc;
       } else if (const auto* rp = std::get_if<ops::RopeParam>(&p)) {
         y = rope(*rp, in[0], in[1]);
       } else if (const auto* a = std::get_if<ops::ActivationParam>(&p)) {

@@ -432,9 +432,10 @@ TEST(Executor, OutputThatIsAViewAndReshapeThatNeedsACopy) {
 
 TEST(Patterns, EveryPatternIsListed) {
   const auto names = graph::pattern_names();
-  for (const char* p : {"remove_noop", "fold_constants", "silu", "gelu", "norms", "norm_bias",
-                        "linear", "linear_bias", "merge_linears", "gated_mlp", "linear_activation",
-                        "linear_residual", "attention", "prenorm", "dead_nodes"})
+  for (const char* p :
+       {"remove_noop", "fold_constants", "silu", "gelu", "norms", "norm_bias", "linear",
+        "linear_bias", "merge_linears", "gated_mlp", "linear_activation", "linear_residual",
+        "attention", "prenorm", "rope_cache_write", "dead_nodes"})
     EXPECT_NE(std::find(names.begin(), names.end(), p), names.end()) << p;
 }
 
@@ -620,6 +621,64 @@ TEST(Patterns, Attention) {
                         random(rng, DType::kF32, shp)},
                        {"attention"}, 1);
     }
+}
+
+// Rope on the new k, then the cache write -> one cache write that rotates k on the way in.
+// The caches are graph inputs updated in place; the outputs are copies of them.
+TEST(Patterns, RopeCacheWrite) {
+  Rng rng;
+  for (const bool interleaved : {false, true}) {
+    const int64_t T = 5, H = 2, D = 16, blocks = 4, bs = 8;
+    Graph g;
+    const TensorId k = g.input("k", DType::kF32, {T, H, D});
+    const TensorId v = g.input("v", DType::kF32, {T, H, D});
+    const TensorId pos = g.input("pos", DType::kI32, {T});
+    const TensorId slots = g.input("slots", DType::kI64, {T});
+    const TensorId kc = g.input("kc", DType::kF32, {blocks, H, bs, D});
+    const TensorId vc = g.input("vc", DType::kF32, {blocks, H, bs, D});
+    const ops::RopeParam rp{
+        .rotation = interleaved ? ops::RopeRotation::kInterleaved : ops::RopeRotation::kRotateHalf,
+        .rotary_dim = 12};
+    const TensorId kr = g.add1("rope", rp, {k, pos});
+    const auto out = g.add("cache", ops::ReshapeAndCacheParam{}, {kr, v, slots, kc, vc}, 2);
+    g.output(out[0], "key_cache");
+    g.output(out[1], "value_cache");
+    auto inputs = [&] {
+      Tensor p = Tensor::empty(DType::kI32, {T}), sl = Tensor::empty(DType::kI64, {T});
+      const int64_t sv[T] = {3, 17, -1, 30, 8};  // scattered over blocks; one token skipped
+      for (int64_t t = 0; t < T; ++t)
+        p.data_as<int32_t>()[t] = static_cast<int32_t>(100 + 7 * t),
+        sl.data_as<int64_t>()[t] = sv[t];
+      return std::vector<Tensor>{random(rng, DType::kF32, {T, H, D}),
+                                 random(rng, DType::kF32, {T, H, D}),
+                                 p,
+                                 sl,
+                                 random(rng, DType::kF32, {blocks, H, bs, D}),
+                                 random(rng, DType::kF32, {blocks, H, bs, D})};
+    };
+    SCOPED_TRACE(interleaved ? "interleaved" : "rotate-half");
+    // The caches are updated in place, so each run gets fresh copies of the same inputs.
+    const std::vector<Tensor> base = inputs();
+    auto fresh = [&] {
+      std::vector<Tensor> c;
+      for (const Tensor& t : base) c.push_back(t.contiguous_copy());
+      return c;
+    };
+    Graph f = g;
+    const graph::OptimizeResult r = graph::optimize(f, descs(base));
+    EXPECT_EQ(r.fired.at("rope_cache_write"), 1);
+    EXPECT_EQ(f.op_count(), 1);
+    const auto ref = eval64(g, fresh());
+    const auto a = run(g, fresh());
+    std::vector<Tensor> in_f = fresh();
+    const auto b = run(f, in_f);
+    for (size_t i = 0; i < 2; ++i) {
+      const double ea = rel_error(a[i], ref[i]), eb = rel_error(b[i], ref[i]);
+      EXPECT_LE(eb, 2 * ea + std::ldexp(1.0, -21)) << "cache " << i;
+    }
+    // In place: the key cache passed in holds what the output copy holds.
+    EXPECT_TRUE(bitwise_equal(in_f[4], b[0]));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1714,3 +1714,39 @@ TEST(ReshapeAndCacheOp, FeedsPagedAttention) {
 
 }  // namespace
 }  // namespace tboost::testing
+
+namespace tboost::testing {
+namespace {
+
+// ReshapeAndCache with the rope fused in: bad positions and rotary dims are named errors and
+// leave the caches untouched.
+TEST(ReshapeAndCacheRope, BadInputsAreNamedAndCachesUntouched) {
+  Rng rng;
+  const int64_t T = 3, H = 2, D = 8;
+  Tensor k = random_tensor(rng, DType::kF32, {T, H, D}, false).view;
+  Tensor v = random_tensor(rng, DType::kF32, {T, H, D}, false).view;
+  Tensor slots = Tensor::empty(DType::kI32, {T});
+  for (int64_t t = 0; t < T; ++t) slots.data_as<int32_t>()[t] = static_cast<int32_t>(t);
+  Tensor kc = Tensor::zeros(DType::kF32, {2, H, 4, D}),
+         vc = Tensor::zeros(DType::kF32, {2, H, 4, D});
+  auto fails = [&](const ops::ReshapeAndCacheParam& p, const Tensor& pos, const std::string& what) {
+    auto op = create_operation(p);
+    VariantPack pack{{k, v, slots, kc, vc, pos}, {kc, vc}};
+    Context ctx;
+    try {
+      run_operation(*op, pack, ctx);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+    for (int64_t i = 0; i < kc.numel(); ++i) ASSERT_EQ(kc.data_as<float>()[i], 0.0f);
+  };
+  ops::ReshapeAndCacheParam p{.apply_rope = true};
+  fails(p, Tensor::zeros(DType::kI32, {T + 1}), "one position per token");
+  fails(p, Tensor::zeros(DType::kF32, {T}), "positions");
+  p.rope.rotary_dim = 5;
+  fails(p, Tensor::zeros(DType::kI32, {T}), "must be even");
+}
+
+}  // namespace
+}  // namespace tboost::testing

@@ -54,7 +54,8 @@
 // (the caches are updated in place). Token t goes to slot s = slot_mapping[t]: block
 // s / block_size, row s % block_size (contiguous cache: s = b * capacity + position); a
 // negative slot skips the token (padding). Converts to the cache dtype with rounding to
-// nearest even.
+// nearest even. With apply_rope, input 5 holds each token's position and k is rotated (Rope's
+// formula) as it is written; the new tokens' k then never exists unrotated in the cache.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +84,11 @@ struct PagedAttentionParam {
 };
 
 struct ReshapeAndCacheParam {
+  // Rope fused into the cache write: k is rotated on its way into the cache (v is not), with
+  // input 5 = positions (T) i32 or i64 and these rope params (layout ignored: k is (T, Hkv, D)).
+  // The rotated k never exists outside the cache (the graph pass rope_cache_write makes this).
+  bool apply_rope = false;
+  RopeParam rope{};
   bool operator==(const ReshapeAndCacheParam&) const = default;
 };
 
