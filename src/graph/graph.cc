@@ -5,17 +5,11 @@
 #include <numeric>
 #include <set>
 
+#include "src/core/overload.h"
 #include "tboost/core/error.h"
 
 namespace tboost::graph {
 namespace {
-
-template <class... F>
-struct Overload : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overload(F...) -> Overload<F...>;
 
 [[noreturn]] void fail(ErrorCode code, const std::string& msg) {
   throw Error(code, "Graph: " + msg);

@@ -68,36 +68,7 @@ struct Lit {
   std::vector<double> v;
 };
 
-double get_d(const Tensor& t, int64_t i) {
-  const char* p =
-      static_cast<const char*>(t.data()) + i * static_cast<int64_t>(dtype_size(t.dtype()));
-  switch (t.dtype()) {
-    case DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kI64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DType::kI32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kU8:
-      return static_cast<unsigned char>(*p);
-    case DType::kI8:
-      return static_cast<signed char>(*p);
-    default: {
-      float f;
-      convert(&f, DType::kF32, p, t.dtype(), 1);
-      return f;
-    }
-  }
-}
+double get_d(const Tensor& t, int64_t i) { return load_as_f64(t.data(), t.dtype(), i); }
 
 Lit to_lit(const Tensor& t) {
   Lit l{t.shape(), t.dtype(), std::vector<double>(static_cast<size_t>(t.numel()))};

@@ -1,19 +1,11 @@
 // create_operation: Param alternative -> op factory; run_operation convenience.
 #include "tboost/ops/operation.h"
 
+#include "src/core/overload.h"
 #include "src/ops/ops.h"
 #include "tboost/graph/executor.h"
 
 namespace tboost {
-
-namespace {
-template <class... F>
-struct Overload : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overload(F...) -> Overload<F...>;
-}  // namespace
 
 std::unique_ptr<Operation> create_operation(const AnyParam& param) {
   using namespace ops_internal;

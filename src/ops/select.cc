@@ -46,29 +46,13 @@ int64_t offset_of(int64_t i, const Shape& shape, const TensorDesc& d) {
   return off;
 }
 
-double load(const void* base, DType t, int64_t off) {
-  const char* p = static_cast<const char*>(base) + off * static_cast<int64_t>(dtype_size(t));
-  switch (t) {
-    case DType::kI64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DType::kI32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kU8:
-      return static_cast<unsigned char>(*p);
-    case DType::kI8:
-      return static_cast<signed char>(*p);
-    default: {
-      float f;
-      convert(&f, DType::kF32, p, t, 1);
-      return f;
-    }
-  }
+double load(const void* base, DType t, int64_t off) { return load_as_f64(base, t, off); }
+
+// Every op here writes y element by element in row-major order.
+void require_contiguous_y(const VariantPack& pack, const Checker& chk) {
+  if (!pack.outputs[0].is_contiguous())
+    chk.fail(ErrorCode::kInvalidArgument,
+             "output 0 (y) must be contiguous, got " + pack.outputs[0].desc().to_string());
 }
 
 constexpr int64_t kMinPerThread = 1 << 14;
@@ -97,9 +81,7 @@ class GatherOp : public OpBase<ops::GatherParam> {
   }
 
   size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
-    if (!pack.outputs[0].is_contiguous())
-      chk.fail(ErrorCode::kInvalidArgument,
-               "output 0 (y) must be contiguous, got " + pack.outputs[0].desc().to_string());
+    require_contiguous_y(pack, chk);
     return 0;
   }
 
@@ -178,9 +160,7 @@ class WhereOp : public OpBase<ops::WhereParam> {
   }
 
   size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
-    if (!pack.outputs[0].is_contiguous())
-      chk.fail(ErrorCode::kInvalidArgument,
-               "output 0 (y) must be contiguous, got " + pack.outputs[0].desc().to_string());
+    require_contiguous_y(pack, chk);
     return 0;
   }
 
@@ -222,9 +202,7 @@ class CompareOp : public OpBase<ops::CompareParam> {
   }
 
   size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
-    if (!pack.outputs[0].is_contiguous())
-      chk.fail(ErrorCode::kInvalidArgument,
-               "output 0 (y) must be contiguous, got " + pack.outputs[0].desc().to_string());
+    require_contiguous_y(pack, chk);
     return 0;
   }
 

@@ -237,13 +237,23 @@ graph::LayerShape small_layer(uint64_t seed) {
   return {.hidden = 48, .heads = 4, .ffn = 72, .seq = 19, .causal = true, .seed = seed};
 }
 
+// A small op-by-op layer and inputs for it (batch 2).
+struct LayerCase {
+  Graph g;
+  std::vector<Tensor> in;
+};
+LayerCase small_layer_case(Rng& rng, bool llama) {
+  const graph::LayerShape s = small_layer(rng.seed());
+  LayerCase c{llama ? graph::llama_layer(s) : graph::gpt2_layer(s),
+              {random(rng, DType::kF32, {2, s.seq, s.hidden})}};
+  if (llama) c.in.push_back(positions(2, s.seq));
+  return c;
+}
+
 TEST(Executor, PlannedUnplannedSyncAndTwoStageAreBitwiseEqual) {
   Rng rng;
   for (const bool llama : {false, true}) {
-    const graph::LayerShape s = small_layer(rng.seed());
-    Graph g = llama ? graph::llama_layer(s) : graph::gpt2_layer(s);
-    std::vector<Tensor> in = {random(rng, DType::kF32, {2, s.seq, s.hidden})};
-    if (llama) in.push_back(positions(2, s.seq));
+    auto [g, in] = small_layer_case(rng, llama);
     for (const bool fuse : {false, true}) {
       Graph h = g;
       if (fuse) graph::optimize(h, descs(in));
@@ -687,10 +697,7 @@ TEST(Patterns, RopeCacheWrite) {
 TEST(Layers, Gpt2AndLlamaFuseToAFewOps) {
   Rng rng;
   for (const bool llama : {false, true}) {
-    const graph::LayerShape s = small_layer(rng.seed());
-    Graph g = llama ? graph::llama_layer(s) : graph::gpt2_layer(s);
-    std::vector<Tensor> in = {random(rng, DType::kF32, {2, s.seq, s.hidden})};
-    if (llama) in.push_back(positions(2, s.seq));
+    auto [g, in] = small_layer_case(rng, llama);
     SCOPED_TRACE(llama ? "llama" : "gpt2");
     EXPECT_GE(g.op_count(), 30);
     // GPT-2: LayerNorm, QKV Linear, attention, proj Linear+residual, LayerNorm, fc Linear+GELU,
