@@ -175,6 +175,20 @@ ShapePlan make_plan(const Graph& g, const std::vector<TensorDesc>& input_descs, 
   for (size_t j = 0; j < g.outputs().size(); ++j)
     out_index[static_cast<size_t>(g.outputs()[j])] = static_cast<int>(j);
   p.copy_reshape.assign(nodes.size(), 0);
+  // Ops that can fail on the data itself (an id out of range, a bad slot or length) check it
+  // at execute. A graph output written before the last of them is staged in the arena and
+  // copied at the end, so a data error leaves every output untouched (the op contract).
+  int last_data_check = -1;
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (const auto* ap = std::get_if<AnyParam>(&nodes[k].op)) {
+      const auto* at = std::get_if<ops::AttentionParam>(ap);
+      if (std::holds_alternative<ops::EmbeddingParam>(*ap) ||
+          std::holds_alternative<ops::GatherParam>(*ap) ||
+          std::holds_alternative<ops::PagedAttentionParam>(*ap) ||
+          std::holds_alternative<ops::ReshapeAndCacheParam>(*ap) || (at && at->varlen) ||
+          std::holds_alternative<ops::GraphParam>(*ap))
+        last_data_check = static_cast<int>(k);
+    }
   for (size_t k = 0; k < nodes.size(); ++k) {
     const Node& n = nodes[k];
     if (is_view(n.op)) {
@@ -214,10 +228,12 @@ ShapePlan make_plan(const Graph& g, const std::vector<TensorDesc>& input_descs, 
     }
     for (TensorId o : n.outputs) {
       Slot& s = p.slot[static_cast<size_t>(o)];
-      if (out_index[static_cast<size_t>(o)] >= 0) {
+      const bool early = static_cast<int>(k) < last_data_check;
+      if (out_index[static_cast<size_t>(o)] >= 0 && !early) {
         s.where = Where::kOutput, s.index = out_index[static_cast<size_t>(o)];
       } else {
         s.where = Where::kArena;
+        if (out_index[static_cast<size_t>(o)] >= 0) p.out_copy.push_back(o);
       }
     }
   }

@@ -351,6 +351,37 @@ TEST(Executor, OutputsThatOverlapInputsOrChangeAfterSetupAreErrors) {
   for (int64_t i = 0; i < small.numel(); ++i) ASSERT_EQ(small.data_as<float>()[i], 0.0f);
 }
 
+// An op that fails on the data (an id out of range) after another node produced a graph
+// output: no output is written (outputs before the last data check are staged).
+TEST(Executor, DataErrorsLeaveEveryOutputUntouched) {
+  Rng rng;
+  Graph g;
+  const TensorId x = g.input("x", DType::kF32, {4, 8});
+  const TensorId ids = g.input("ids", DType::kI32, {3});
+  g.output(ew(g, ElementwiseType::kNeg, x), "a");
+  g.output(g.add1("emb", ops::EmbeddingParam{},
+                  {g.weight("table", random(rng, DType::kF32, {10, 8})), ids}),
+           "b");
+  auto ex = graph::make_graph_executor(std::make_shared<Graph>(g));
+  Context ctx;
+  Tensor bad = Tensor::empty(DType::kI32, {3});
+  bad.data_as<int32_t>()[0] = 1, bad.data_as<int32_t>()[1] = 10, bad.data_as<int32_t>()[2] = 2;
+  Tensor a = Tensor::zeros(DType::kF32, {4, 8}), b = Tensor::zeros(DType::kF32, {3, 8});
+  VariantPack pack{{random(rng, DType::kF32, {4, 8}), bad}, {a, b}};
+  for (const int async : {0, 1}) {
+    auto e = graph::make_graph_executor(std::make_shared<Graph>(g), {.async = async});
+    EXPECT_THROW(run_operation(*e, pack, ctx), Error);
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_EQ(a.data_as<float>()[i], 0.0f) << "async " << async;
+    for (int64_t i = 0; i < b.numel(); ++i)
+      ASSERT_EQ(b.data_as<float>()[i], 0.0f) << "async " << async;
+  }
+  // Good ids: both outputs right.
+  bad.data_as<int32_t>()[1] = 9;
+  run_operation(*ex, pack, ctx);
+  EXPECT_EQ(a.data_as<float>()[5], -pack.inputs[0].data_as<float>()[5]);
+}
+
 // Optimized at batch 1, run at batch 3: a view that is a no-op only because batch is 1 must
 // survive the passes, and a broadcast residual must not be folded into a Linear.
 TEST(Executor, PassesDoNotBakeInTheExampleBinding) {
