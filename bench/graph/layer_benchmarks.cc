@@ -60,21 +60,27 @@ std::vector<Tensor> layer_inputs(bool llama, int64_t batch, int64_t t, int64_t c
 void layer_cases(Runner& R) {
   struct Case {
     bool llama;
-    int64_t hidden, heads, ffn;
+    int64_t hidden, heads, ffn, kv_heads;
   };
-  // LLaMA at hidden 2048 runs MHA (32 heads of 64): the op-by-op form has no repeat_kv.
-  const Case cases[] = {{false, 768, 12, 3072},
-                        {true, 768, 12, 2048},
-                        {false, 2048, 16, 8192},
-                        {true, 2048, 32, 5632}};
+  // LLaMA at hidden 2048 is the ~1B shape: 32 heads of 64, 8 K/V heads (written as repeat_kv).
+  const Case cases[] = {{false, 768, 12, 3072, 0},
+                        {true, 768, 12, 2048, 0},
+                        {false, 2048, 16, 8192, 0},
+                        {true, 2048, 32, 5632, 8}};
   for (const Case& c : cases) {
     const int64_t T = R.opt.quick ? 256 : 2048;
     if (R.opt.quick && c.hidden > 768) continue;
     char name[96];
-    std::snprintf(name, sizeof name, "layer_%s[C=%lld,T=%lld]", c.llama ? "llama" : "gpt2",
-                  static_cast<long long>(c.hidden), static_cast<long long>(T));
+    if (c.kv_heads)
+      std::snprintf(name, sizeof name, "layer_%s[C=%lld,Hkv=%lld,T=%lld]",
+                    c.llama ? "llama" : "gpt2", static_cast<long long>(c.hidden),
+                    static_cast<long long>(c.kv_heads), static_cast<long long>(T));
+    else
+      std::snprintf(name, sizeof name, "layer_%s[C=%lld,T=%lld]", c.llama ? "llama" : "gpt2",
+                    static_cast<long long>(c.hidden), static_cast<long long>(T));
     if (!R.want(name)) continue;
-    const graph::LayerShape shp{.hidden = c.hidden, .heads = c.heads, .ffn = c.ffn, .seq = T};
+    const graph::LayerShape shp{
+        .hidden = c.hidden, .heads = c.heads, .kv_heads = c.kv_heads, .ffn = c.ffn, .seq = T};
     const graph::Graph unfused = c.llama ? graph::llama_layer(shp) : graph::gpt2_layer(shp);
     const std::vector<Tensor> in = layer_inputs(c.llama, 1, T, c.hidden);
     std::vector<TensorDesc> d;

@@ -101,6 +101,9 @@ struct Builder {
 };
 
 void check_shape(const LayerShape& s) {
+  TBOOST_CHECK_CODE(s.kv_heads >= 0 && (s.kv_heads == 0 || s.heads % s.kv_heads == 0),
+                    ErrorCode::kInvalidArgument, "layer shape: kv_heads ", s.kv_heads,
+                    " must divide heads ", s.heads);
   TBOOST_CHECK_CODE(
       s.hidden > 0 && s.heads > 0 && s.hidden % s.heads == 0 && s.ffn > 0 && s.seq > 0,
       ErrorCode::kInvalidArgument, "layer shape: hidden ", s.hidden,
@@ -146,17 +149,26 @@ Graph llama_layer(const LayerShape& s) {
   const TensorId x = b.g.input("x", DType::kF32, {"batch", s.seq, c});
   const TensorId pos = b.g.input("positions", DType::kI32, {"batch", s.seq});
   const TensorId y1 = b.rms_norm("input_layernorm", x, c);
-  auto proj = [&](const char* n) {
-    return b.linear(std::string("self_attn.") + n, y1, c, c, false);
+  const int64_t hkv = s.kv_heads ? s.kv_heads : h, rep = h / hkv;
+  auto proj = [&](const char* n, int64_t out) {
+    return b.linear(std::string("self_attn.") + n, y1, c, out, false);
   };
-  const TensorId q0 = proj("q_proj"), k0 = proj("k_proj"), v0 = proj("v_proj");
-  auto rope = [&](TensorId t) {  // (B, T, C) -> (B, T, H, D) rotated
+  const TensorId q0 = proj("q_proj", c), k0 = proj("k_proj", hkv * d), v0 = proj("v_proj", hkv * d);
+  auto rope = [&](TensorId t, int64_t heads) {  // (B, T, heads·D) -> (B, T, heads, D) rotated
     return b.g.add1("rope" + std::to_string(b.counter++), ops::RopeParam{},
-                    {b.reshape(t, {0, 0, h, d}), pos});
+                    {b.reshape(t, {0, 0, heads, d}), pos});
   };
-  const TensorId q = b.transpose(rope(q0), {0, 2, 1, 3});
-  const TensorId k = b.transpose(rope(k0), {0, 2, 1, 3});
-  const TensorId v = b.heads(v0, h, d);
+  // (B, Hkv, T, D) -> (B, H, T, D), each K/V head repeated for its group of query heads.
+  auto repeat_kv = [&](TensorId t) {
+    if (rep == 1) return t;
+    const TensorId u = b.reshape(t, {0, hkv, 1, s.seq, d});
+    const TensorId e = b.g.add1("expand" + std::to_string(b.counter++),
+                                Expand{.shape = {1, hkv, rep, s.seq, d}}, {u});
+    return b.reshape(e, {0, h, s.seq, d});
+  };
+  const TensorId q = b.transpose(rope(q0, h), {0, 2, 1, 3});
+  const TensorId k = repeat_kv(b.transpose(rope(k0, hkv), {0, 2, 1, 3}));
+  const TensorId v = repeat_kv(b.heads(v0, hkv, d));
   const TensorId a = b.linear("self_attn.o_proj", b.attention(q, k, v, s), c, c, false);
   const TensorId h1 = b.ew(ElementwiseType::kAdd, x, a);
   const TensorId y2 = b.rms_norm("post_attention_layernorm", h1, c);

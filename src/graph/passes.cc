@@ -889,6 +889,35 @@ TensorId transpose_source(const State& s, TensorId t, std::vector<int>* perm,
   }
 }
 
+// t = repeat_kv(base), the exporter's GQA expansion: Reshape base (B, Hkv, S, D) to
+// (B, Hkv, 1, S, D), Expand to (B, Hkv, n, S, D), Reshape to (B, Hkv·n, S, D). Returns base and
+// the three nodes, or -1. Flash attention reads the Hkv heads directly (GQA), so the copy the
+// last Reshape makes disappears.
+TensorId repeat_kv_base(const State& s, TensorId t, std::vector<int>* used) {
+  auto view_of = [&](TensorId x, auto kind) -> int {
+    const int k = s.producer(x);
+    return s.free(k) && s.single(x) && std::holds_alternative<decltype(kind)>(s.node(k).op) ? k
+                                                                                            : -1;
+  };
+  const int k1 = view_of(t, Reshape{});
+  if (k1 < 0) return -1;
+  const TensorId e = s.node(k1).inputs[0];
+  const int k2 = view_of(e, Expand{});
+  if (k2 < 0) return -1;
+  const TensorId u = s.node(k2).inputs[0];
+  const int k3 = view_of(u, Reshape{});
+  if (k3 < 0) return -1;
+  const TensorId base = s.node(k3).inputs[0];
+  const TensorDesc &bd = s.desc(base), &ud = s.desc(u), &ed = s.desc(e), &td = s.desc(t);
+  if (bd.ndim != 4 || ud.ndim != 5 || ed.ndim != 5 || td.ndim != 4) return -1;
+  const int64_t B = bd.dim(0), H = bd.dim(1), S = bd.dim(2), D = bd.dim(3), n = ed.dim(2);
+  if (ud.shape() != Shape{B, H, 1, S, D} || ed.shape() != Shape{B, H, n, S, D} ||
+      td.shape() != Shape{B, H * n, S, D})
+    return -1;
+  used->insert(used->end(), {k1, k2, k3});
+  return base;
+}
+
 // Layout of a (B, H, S, D)-ordered tensor given as permute(src, perm): BNSD when the perm is
 // the identity, BSND when it swaps axes 1 and 2; else no layout (-1).
 int layout_of(const std::vector<int>& perm) {
@@ -1002,17 +1031,24 @@ int attention(State& s) {
       if (pk.size() != 4) continue;
       std::swap(pk[2], pk[3]);  // Kᵀ = permute(src, pk) -> K = permute(src, pk with 2, 3 swapped)
     }
-    const TensorId v_src = transpose_source(s, v, &pvv, &tused);
+    TensorId v_src = transpose_source(s, v, &pvv, &tused);
     if (pq.size() != 4 || pk.size() != 4 || pvv.size() != 4) continue;
+    // GQA written as repeat_kv: read the un-repeated K and V.
+    auto through_repeat = [&](TensorId* src, std::vector<int>* perm) {
+      if (*perm != std::vector<int>{0, 1, 2, 3}) return;
+      const TensorId base = repeat_kv_base(s, *src, &tused);
+      if (base >= 0) *src = transpose_source(s, base, perm, &tused);
+    };
+    through_repeat(&k_src, &pk);
+    through_repeat(&v_src, &pvv);
     const int lq = layout_of(pq), lk = layout_of(pk), lv = layout_of(pvv);
     if (lq < 0 || lq != lk || lq != lv) continue;
     const auto layout = static_cast<ops::QkvLayout>(lq);
     // Dims: (B, H, S, D) order from the q tensor the MatMul saw.
     const TensorDesc& qd = s.desc(n_qk.inputs[0]);
-    const TensorDesc& vd = s.desc(v);
-    const TensorDesc& kd = s.desc(k_src);
-    const int64_t hkv = layout == ops::QkvLayout::kBSND ? kd.dim(2) : kd.dim(1);
-    if (qd.dim(1) % std::max<int64_t>(1, hkv) != 0 || vd.dim(1) != hkv) continue;
+    const int ha = layout == ops::QkvLayout::kBSND ? 2 : 1;  // the heads axis of the sources
+    const int64_t hkv = s.desc(k_src).dim(ha);
+    if (qd.dim(1) % std::max<int64_t>(1, hkv) != 0 || s.desc(v_src).dim(ha) != hkv) continue;
     // The output: (B, H, Sq, Dv). With BSND, a reader transposing it back to (B, S, H, Dv)
     // gets the attention output directly.
     const TensorId o = n_pv.outputs[0];

@@ -725,6 +725,18 @@ TEST(Patterns, RopeCacheWrite) {
 // ---------------------------------------------------------------------------------------------
 // Whole layers
 
+// LLaMA with grouped K/V heads, written as Hugging Face's repeat_kv (Reshape, Expand, a
+// Reshape that must copy): attention reads the 2 K/V heads directly.
+TEST(Layers, LlamaGqaWrittenAsRepeatKv) {
+  Rng rng;
+  graph::LayerShape s = small_layer(rng.seed());
+  s.kv_heads = 2;
+  Graph g = graph::llama_layer(s);
+  const std::vector<Tensor> in = {random(rng, DType::kF32, {2, s.seq, s.hidden}),
+                                  positions(2, s.seq)};
+  expect_fusion_ok(g, in, {"attention", "merge_linears", "gated_mlp"}, 10);
+}
+
 TEST(Layers, Gpt2AndLlamaFuseToAFewOps) {
   Rng rng;
   for (const bool llama : {false, true}) {

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   optimize->add_option("--heads", oargs.heads, "--layer: attention heads")
       ->check(CLI::PositiveNumber);
   optimize->add_option("--ffn", oargs.ffn, "--layer: MLP width")->check(CLI::PositiveNumber);
+  optimize->add_option("--kv-heads", oargs.kv_heads, "--layer llama: K/V heads (GQA; 0 = heads)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   optimize->add_option("--threads", oargs.threads, "Threads (0 = all cores)")
       ->check(CLI::Range(0, 4096));
   optimize->add_option("--budget", oargs.budget_s, "Seconds of timing per side")

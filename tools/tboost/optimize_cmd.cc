@@ -103,7 +103,8 @@ int run_optimize(const OptimizeArgs& a) {
   std::string what;
   graph::OnnxInfo info;
   if (!a.layer.empty()) {
-    const graph::LayerShape shp{.hidden = a.hidden, .heads = a.heads, .ffn = a.ffn, .seq = a.seq};
+    const graph::LayerShape shp{
+        .hidden = a.hidden, .heads = a.heads, .kv_heads = a.kv_heads, .ffn = a.ffn, .seq = a.seq};
     if (a.layer == "gpt2") {
       g = graph::gpt2_layer(shp);
     } else if (a.layer == "llama") {

@@ -10,7 +10,7 @@ struct OptimizeArgs {
   std::string model;  // an .onnx file, or empty with `layer`
   std::string layer;  // "gpt2" or "llama": the op-by-op layer (no file needed)
   int64_t batch = 1, seq = 512;
-  int64_t hidden = 768, heads = 12, ffn = 3072;  // --layer shapes
+  int64_t hidden = 768, heads = 12, ffn = 3072, kv_heads = 0;  // --layer shapes
   int threads = 0;
   bool json = false;
   double budget_s = 2.0;   // timing budget per side

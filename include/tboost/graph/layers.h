@@ -17,6 +17,7 @@ namespace tboost::graph {
 struct LayerShape {
   int64_t hidden = 768;  // C
   int64_t heads = 12;    // H (the head dim is C / H)
+  int64_t kv_heads = 0;  // LLaMA: K/V heads (GQA, written as repeat_kv); 0 = heads
   int64_t ffn = 2048;    // MLP width
   int64_t seq = 128;     // T
   bool causal = true;
@@ -27,7 +28,8 @@ struct LayerShape {
 // -> c_proj + bias -> residual; LayerNorm -> fc + bias -> GELU (tanh form, decomposed) ->
 // proj + bias -> residual.
 Graph gpt2_layer(const LayerShape& s);
-// LLaMA block: RmsNorm (decomposed) -> q, k, v projections -> rope on q and k -> attention ->
+// LLaMA block: RmsNorm (decomposed) -> q, k, v projections -> rope on q and k -> [GQA: K and V
+// repeated as Hugging Face writes repeat_kv: Reshape, Expand, Reshape] -> attention ->
 // o projection -> residual; RmsNorm -> gate and up projections -> x·sigmoid(x) · up -> down
 // projection -> residual.
 Graph llama_layer(const LayerShape& s);
