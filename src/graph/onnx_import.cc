@@ -1053,6 +1053,10 @@ class Importer {
       p.transpose_b = attr_i(n, "transB", 0) != 0;
       // A weight computed at run time must be read every call, not packed once.
       p.constant_weight = is_const(n.input(1));
+      if (shape_of(n.input(0)).size() != 2 || shape_of(n.input(1)).size() != 2)
+        fail(ErrorCode::kInvalidArgument, where_ + ": A and B must be 2-D, got " +
+                                              shape_to_string(shape_of(n.input(0))) + " and " +
+                                              shape_to_string(shape_of(n.input(1))));
       std::vector<TensorId> in = {id_of(n.input(0)), id_of(n.input(1))};
       if (n.input_size() > 2 && !n.input(2).empty()) {
         const Shape cs = shape_of(n.input(2));
