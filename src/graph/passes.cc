@@ -967,6 +967,8 @@ int attention(State& s) {
     TensorId t = s.node(k_sm).inputs[0];
     TensorId mask = -1;
     bool causal = false;
+    int64_t mask_rows = 0;  // > 0: a key mask to repeat over this many queries
+    Shape mask_shape;
     // Optional mask add.
     if (const int ka = s.ew_of(t, ElementwiseType::kAdd); ka >= 0) {
       const Node& add = s.node(ka);
@@ -974,20 +976,30 @@ int attention(State& s) {
         const TensorId m = add.inputs[static_cast<size_t>(1 - side)];
         const TensorDesc& md = s.desc(m);
         const TensorDesc& sd = s.desc(add.inputs[static_cast<size_t>(side)]);
-        if (sd.ndim != 4 || md.dtype != DType::kF32 || md.ndim < 2 || md.dim(-1) != sd.dim(-1) ||
-            md.dim(-2) != sd.dim(-2))
+        if (sd.ndim != 4 || md.dtype != DType::kF32 || md.ndim < 2 || md.dim(-1) != sd.dim(-1))
           continue;
+        // A key mask (one row broadcast over the queries: padding from lengths) is passed as
+        // that row repeated by an Expand view (stride 0, no copy), when Sq is not symbolic.
+        const TensorId sc = add.inputs[static_cast<size_t>(side)];
+        const bool rows = md.dim(-2) == sd.dim(-2) && s.d2[static_cast<size_t>(m)].dim(-2) ==
+                                                          s.d2[static_cast<size_t>(sc)].dim(-2);
+        const bool key_row = md.dim(-2) == 1 && s.d2[static_cast<size_t>(sc)].dim(-2) == sd.dim(-2);
+        if (!rows && !key_row) continue;
         const bool batchless = md.ndim == 2 || (md.ndim == 4 && md.dim(0) == 1 && md.dim(1) == 1);
         const bool per_batch = md.ndim == 4 && md.dim(1) == 1 && md.dim(0) == sd.dim(0);
         if (!batchless && !per_batch) continue;
         const Tensor* mw = s.weight(m);
         bool all_inf = false;
         // A finite "hidden" value stays hidden only if nothing scales it toward 0.
-        if (mw && causal_mask(*mw, &all_inf) && (all_inf || scale == 1.0)) {
+        if (rows && mw && causal_mask(*mw, &all_inf) && (all_inf || scale == 1.0)) {
           causal = true;
         } else {
           if (scale != 1.0) continue;  // softmax's scale would scale the mask too
           mask = m;
+          if (!rows) {
+            mask_rows = sd.dim(-2);
+            mask_shape = md.shape();
+          }
         }
         t = add.inputs[static_cast<size_t>(side)];
         used.push_back(ka);
@@ -1072,6 +1084,12 @@ int attention(State& s) {
     ap.causal = causal;
     ap.custom_mask = mask >= 0;
     std::vector<TensorId> in = {q_src, k_src, v_src};
+    if (mask >= 0 && mask_rows > 0) {
+      std::vector<int64_t> full(mask_shape.begin(), mask_shape.end());
+      full[full.size() - 2] = mask_rows;
+      mask = s.g.add1(s.node(k).name + ".mask_rows", Expand{.shape = full}, {mask});
+      s.dirty.push_back(1);
+    }
     if (mask >= 0) in.push_back(mask);
     for (int u : used) s.mark({u});
     for (int u : tused) s.mark({u});

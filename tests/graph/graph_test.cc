@@ -629,9 +629,10 @@ TEST(Patterns, GatedMlp) {
 TEST(Patterns, Attention) {
   Rng rng;
   for (const bool bsnd : {false, true})
-    for (int mask = 0; mask < 3; ++mask) {
+    for (int mask = 0; mask < 5; ++mask) {
       const int64_t B = 2, H = 3, S = 13, D = 8;
       Graph g;
+      Tensor key_mask;
       auto qkv = [&](const char* n) {
         if (!bsnd) return g.input(n, DType::kF32, {"b", H, S, D});
         return g.add1(std::string(n) + ".t", ops::TransposeParam{.perm = {0, 2, 1, 3}},
@@ -650,17 +651,26 @@ TEST(Patterns, Attention) {
       } else if (mask == 2) {
         sc = ew(g, ElementwiseType::kAdd, sc,
                 g.weight("bias", random(rng, DType::kF32, {1, 1, S, S}, -2, 2)));
+      } else if (mask >= 3) {
+        // Key (padding) masks from lengths: (B, 1, 1, S), one row per sequence broadcast over
+        // the queries; -inf (mask 3) or the -10000 older exporters use (mask 4).
+        const float hide = mask == 3 ? -std::numeric_limits<float>::infinity() : -10000.0f;
+        Tensor m = Tensor::zeros(DType::kF32, {B, 1, 1, S});
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t j = S - 3 * b; j < S; ++j) m.data_as<float>()[b * S + j] = hide;
+        sc = ew(g, ElementwiseType::kAdd, sc, g.input("key_mask", DType::kF32, {"b", 1, 1, S}));
+        key_mask = m;
       }
       const TensorId p = g.add1("softmax", ops::SoftmaxParam{}, {sc});
       TensorId o = g.add1("pv", ops::MatMulParam{}, {p, v});
       if (bsnd) o = g.add1("o.t", ops::TransposeParam{.perm = {0, 2, 1, 3}}, {o});
       g.output(o, "o");
       const Shape shp = bsnd ? Shape{B, S, H, D} : Shape{B, H, S, D};
+      std::vector<Tensor> in = {random(rng, DType::kF32, shp), random(rng, DType::kF32, shp),
+                                random(rng, DType::kF32, shp)};
+      if (mask >= 3) in.push_back(key_mask);
       SCOPED_TRACE(std::string(bsnd ? "bsnd" : "bnsd") + " mask " + std::to_string(mask));
-      expect_fusion_ok(g,
-                       {random(rng, DType::kF32, shp), random(rng, DType::kF32, shp),
-                        random(rng, DType::kF32, shp)},
-                       {"attention"}, 1);
+      expect_fusion_ok(g, in, {"attention"}, 1);
     }
 }
 
