@@ -15,9 +15,24 @@
 namespace tboost::ops {
 
 enum class ElementwiseType {
-  kAdd, kMul, kScale, kCast,
-  kSub, kDiv, kPow, kMax, kMin,                                                    // binary
-  kNeg, kSqrt, kRsqrt, kReciprocal, kExp, kTanh, kErf, kSigmoid, kAbs              // unary
+  kAdd,
+  kMul,
+  kScale,
+  kCast,
+  kSub,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,  // binary
+  kNeg,
+  kSqrt,
+  kRsqrt,
+  kReciprocal,
+  kExp,
+  kTanh,
+  kErf,
+  kSigmoid,
+  kAbs  // unary
 };
 constexpr bool is_binary(ElementwiseType t) {
   return t == ElementwiseType::kAdd || t == ElementwiseType::kMul ||
