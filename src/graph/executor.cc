@@ -158,7 +158,18 @@ TensorId root_of(const std::vector<Slot>& s, TensorId t, int64_t* off) {
   return t;
 }
 
-ShapePlan make_plan(const Graph& g, const std::vector<TensorDesc>& input_descs, bool plan) {
+// One Operation per node (a view node's: the identity Transpose that copies it when needed).
+std::vector<std::unique_ptr<Operation>> node_ops(const Graph& g) {
+  std::vector<std::unique_ptr<Operation>> ops;
+  for (const Node& n : g.nodes()) {
+    const auto* p = std::get_if<AnyParam>(&n.op);
+    ops.push_back(create_operation(p ? *p : AnyParam(ops::TransposeParam{})));
+  }
+  return ops;
+}
+
+ShapePlan make_plan(const Graph& g, const std::vector<std::unique_ptr<Operation>>& ops,
+                    const std::vector<TensorDesc>& input_descs, bool plan) {
   ShapePlan p;
   p.input_descs = input_descs;
   p.desc = g.infer(input_descs);
@@ -175,60 +186,47 @@ ShapePlan make_plan(const Graph& g, const std::vector<TensorDesc>& input_descs, 
   for (size_t j = 0; j < g.outputs().size(); ++j)
     out_index[static_cast<size_t>(g.outputs()[j])] = static_cast<int>(j);
   p.copy_reshape.assign(nodes.size(), 0);
-  // Ops that can fail on the data itself (an id out of range, a bad slot or length) check it
-  // at execute. A graph output written before the last of them is staged in the arena and
-  // copied at the end, so a data error leaves every output untouched (the op contract).
-  int last_data_check = -1;
+  // Ops that check input values (an id out of range, a bad slot or length) can fail at
+  // execute. A graph output written before the last of them is staged in the arena and copied
+  // at the end, so such an error leaves every output untouched (the op contract).
+  int last_value_check = -1;
   for (size_t k = 0; k < nodes.size(); ++k)
-    if (const auto* ap = std::get_if<AnyParam>(&nodes[k].op)) {
-      const auto* at = std::get_if<ops::AttentionParam>(ap);
-      if (std::holds_alternative<ops::EmbeddingParam>(*ap) ||
-          std::holds_alternative<ops::GatherParam>(*ap) ||
-          std::holds_alternative<ops::PagedAttentionParam>(*ap) ||
-          std::holds_alternative<ops::ReshapeAndCacheParam>(*ap) || (at && at->varlen) ||
-          std::holds_alternative<ops::GraphParam>(*ap))
-        last_data_check = static_cast<int>(k);
-    }
+    if (!is_view(nodes[k].op) && ops[k]->checks_input_values())
+      last_value_check = static_cast<int>(k);
   for (size_t k = 0; k < nodes.size(); ++k) {
     const Node& n = nodes[k];
     if (is_view(n.op)) {
       TensorDesc v;
       int64_t off = 0;
       const TensorId o = n.outputs[0];
-      if (view_desc(n.op, p.desc[static_cast<size_t>(n.inputs[0])], &v, &off) &&
-          out_index[static_cast<size_t>(o)] < 0) {
+      if (view_desc(n.op, p.desc[static_cast<size_t>(n.inputs[0])], &v, &off)) {
         Slot& s = p.slot[static_cast<size_t>(o)];
         s.where = Where::kView, s.base = n.inputs[0], s.elem_offset = off;
         p.desc[static_cast<size_t>(o)] = v;
-        continue;
-      }
-      if (out_index[static_cast<size_t>(o)] >= 0 &&
-          view_desc(n.op, p.desc[static_cast<size_t>(n.inputs[0])], &v, &off)) {
         // A graph output that is a view: the view lives on, copied into the caller's buffer.
-        const TensorId shadow = o;
-        Slot& s = p.slot[static_cast<size_t>(shadow)];
-        s.where = Where::kView, s.base = n.inputs[0], s.elem_offset = off;
-        p.desc[static_cast<size_t>(o)] = v;
-        p.out_copy.push_back(o);
+        if (out_index[static_cast<size_t>(o)] >= 0) p.out_copy.push_back(o);
         continue;
       }
       p.copy_reshape[k] = 1;  // materialized: a contiguous copy, then reinterpreted
-    } else if (const auto* ip = std::get_if<AnyParam>(&n.op);
-               ip && std::holds_alternative<ops::ReshapeAndCacheParam>(*ip)) {
-      // In place: the caches (inputs 3, 4) are the outputs. A graph output that is one of
-      // them gets a copy of the updated cache at the end.
-      for (size_t i = 0; i < 2; ++i) {
-        const TensorId o = n.outputs[i], c = n.inputs[3 + i];
+    } else {
+      // Outputs written in place (a cache write) are views of their input; one that is a
+      // graph output gets a copy of the updated tensor at the end.
+      bool inplace = false;
+      for (size_t i = 0; i < n.outputs.size(); ++i) {
+        const int src = ops[k]->inplace_input(i);
+        if (src < 0) continue;
+        inplace = true;
+        const TensorId o = n.outputs[i], c = n.inputs[static_cast<size_t>(src)];
         Slot& s = p.slot[static_cast<size_t>(o)];
         s.where = Where::kView, s.base = c, s.elem_offset = 0;
         p.desc[static_cast<size_t>(o)] = p.desc[static_cast<size_t>(c)];
         if (out_index[static_cast<size_t>(o)] >= 0) p.out_copy.push_back(o);
       }
-      continue;
+      if (inplace) continue;
     }
     for (TensorId o : n.outputs) {
       Slot& s = p.slot[static_cast<size_t>(o)];
-      const bool early = static_cast<int>(k) < last_data_check;
+      const bool early = static_cast<int>(k) < last_value_check;
       if (out_index[static_cast<size_t>(o)] >= 0 && !early) {
         s.where = Where::kOutput, s.index = out_index[static_cast<size_t>(o)];
       } else {
@@ -285,15 +283,20 @@ ShapePlan make_plan(const Graph& g, const std::vector<TensorDesc>& input_descs, 
       continue;
     }
     ++r.ops;
-    if (const auto* ip = std::get_if<AnyParam>(&n.op);
-        ip && std::holds_alternative<ops::ReshapeAndCacheParam>(*ip)) {
-      // Reads k, v, slots (and positions), writes those k and v rows into the caches.
+    // An op writing in place (a cache write) moves what it reads from its other inputs twice
+    // (read, then written into the cache), not the whole cache.
+    std::vector<char> inplace_src(n.inputs.size(), 0);
+    bool inplace = false;
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (const int src = ops[k]->inplace_input(i); src >= 0) {
+        inplace_src[static_cast<size_t>(src)] = 1;
+        inplace = true;
+      }
+    if (inplace) {
       for (size_t i = 0; i < n.inputs.size(); ++i)
-        if (i != 3 && i != 4)
+        if (!inplace_src[i])
           r.bytes_moved +=
-              static_cast<int64_t>(desc_bytes(p.desc[static_cast<size_t>(n.inputs[i])]));
-      r.bytes_moved += static_cast<int64_t>(desc_bytes(p.desc[static_cast<size_t>(n.inputs[0])]) +
-                                            desc_bytes(p.desc[static_cast<size_t>(n.inputs[1])]));
+              2 * static_cast<int64_t>(desc_bytes(p.desc[static_cast<size_t>(n.inputs[i])]));
       continue;
     }
     for (TensorId t : n.inputs)
@@ -308,7 +311,7 @@ ShapePlan make_plan(const Graph& g, const std::vector<TensorDesc>& input_descs, 
 }  // namespace
 
 GraphReport report(const Graph& g, const std::vector<TensorDesc>& input_descs) {
-  return make_plan(g, input_descs, true).report;
+  return make_plan(g, node_ops(g), input_descs, true).report;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,7 +392,7 @@ struct GraphExecutor::Impl {
         return plans.front();
       }
     }
-    ShapePlan p = make_plan(*graph, in, options.plan_memory);
+    ShapePlan p = make_plan(*graph, ops, in, options.plan_memory);
     p.id = next_plan_id++;
     plans.push_front(std::move(p));
     while (plans.size() > std::max<size_t>(1, options.max_plans)) plans.pop_back();
@@ -601,15 +604,11 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const Graph> graph, const ExecOptio
   impl_->options = options;
   impl_->async = options.async < 0 ? env_async() != 0 : options.async != 0;
   const auto& nodes = impl_->graph->nodes();
-  impl_->ops.resize(nodes.size());
   impl_->setup_for.assign(nodes.size(), 0);
   impl_->ws_bytes.assign(nodes.size(), 0);
   // View nodes get their own identity Transpose for when their view needs a copy (one per node:
   // in two-stage mode one node's copy is set up while another's runs).
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    const auto* p = std::get_if<AnyParam>(&nodes[k].op);
-    impl_->ops[k] = create_operation(p ? *p : AnyParam(ops::TransposeParam{}));
-  }
+  impl_->ops = node_ops(*impl_->graph);
   impl_->copy_op = create_operation(ops::TransposeParam{});  // graph outputs that are views
 }
 

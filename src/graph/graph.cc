@@ -206,11 +206,15 @@ TensorId Graph::weight(const std::string& name, const Tensor& value) {
   return add_tensor(std::move(t));
 }
 
-TensorId Graph::new_tensor(const std::string& name) {
+std::string Graph::unique_name(const std::string& name) const {
   std::string n = name;
   for (int k = 1; by_name_.count(n); ++k) n = name + "#" + std::to_string(k);
+  return n;
+}
+
+TensorId Graph::new_tensor(const std::string& name) {
   TensorInfo t;
-  t.name = n;
+  t.name = unique_name(name);
   return add_tensor(std::move(t));
 }
 

@@ -286,10 +286,7 @@ class Importer {
       // ONNX node and value names are separate namespaces: an internal tensor named like this
       // output (after a nameless node) steps aside.
       if (g_.has(o.name()) && g_.id(o.name()) != id) {
-        std::string other;
-        for (int k = 0;; ++k)
-          if (!g_.has(other = o.name() + "#" + std::to_string(k))) break;
-        g_.rename(g_.id(o.name()), other);
+        g_.rename(g_.id(o.name()), g_.unique_name(o.name()));
       }
       g_.output(id, o.name());
     }
@@ -386,12 +383,7 @@ class Importer {
     auto it = weight_ids_.find(key);
     if (it != weight_ids_.end()) return it->second;
     if (convert_dt && t.dtype() != dt) t = to_tensor(to_lit(t), dt);
-    std::string name = key;
-    for (int i = 1;; ++i) {
-      if (!g_.has(name)) break;
-      name = key + "#" + std::to_string(i);
-    }
-    const TensorId id = g_.weight(name, t);
+    const TensorId id = g_.weight(g_.unique_name(key), t);
     desc_[id] = t.desc();
     weight_ids_[key] = id;
     return id;

@@ -113,14 +113,7 @@ struct State {
     dirty[static_cast<size_t>(k)] = 1;
   }
   TensorId add_weight(const std::string& name, const Tensor& v) {
-    std::string n = name;
-    for (int i = 1;; ++i) {
-      bool taken = false;
-      for (const TensorInfo& t : g.tensors()) taken |= t.name == n;
-      if (!taken) break;
-      n = name + "#" + std::to_string(i);
-    }
-    return g.weight(n, v);
+    return g.weight(g.unique_name(name), v);
   }
 };
 

@@ -111,6 +111,7 @@ class SelfAttentionOp : public AttentionOpBase<ops::AttentionParam> {
  public:
   using AttentionOpBase::AttentionOpBase;
   const char* name() const override { return "SelfAttention"; }
+  bool checks_input_values() const override { return param_.varlen; }  // cu_seqlens
 
   int idx_cu() const { return 3; }
   int idx_alibi() const { return 3 + (param_.varlen ? 2 : 0); }
@@ -324,6 +325,7 @@ class PagedAttentionOp : public AttentionOpBase<ops::PagedAttentionParam> {
  public:
   using AttentionOpBase::AttentionOpBase;
   const char* name() const override { return "PagedAttention"; }
+  bool checks_input_values() const override { return true; }  // context_lens, block_tables
   std::string input_role(size_t i) const override {
     static const char* r[] = {"q", "key_cache", "value_cache", "context_lens", "block_tables"};
     return i < 5 ? r[i] : "extra";
@@ -470,6 +472,8 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
     return i < 6 ? r[i] : "extra";
   }
   std::string output_role(size_t i) const override { return i == 0 ? "key_cache" : "value_cache"; }
+  int inplace_input(size_t output) const override { return 3 + static_cast<int>(output); }
+  bool checks_input_values() const override { return true; }  // slot_mapping
   Overlap input_overlap(size_t i) const override {
     return i >= 3 ? Overlap::kSameViewOnly : Overlap::kNone;
   }

@@ -211,6 +211,7 @@ class EmbeddingOp : public OpBase<ops::EmbeddingParam> {
  public:
   using OpBase::OpBase;
   const char* name() const override { return "Embedding"; }
+  bool checks_input_values() const override { return true; }  // ids
   std::string input_role(size_t i) const override { return i == 0 ? "table" : "ids"; }
   std::string output_role(size_t) const override { return "y"; }
 

@@ -61,6 +61,7 @@ class GatherOp : public OpBase<ops::GatherParam> {
  public:
   using OpBase::OpBase;
   const char* name() const override { return "Gather"; }
+  bool checks_input_values() const override { return true; }  // indices
   std::string input_role(size_t i) const override { return i == 0 ? "data" : "indices"; }
   std::string output_role(size_t) const override { return "y"; }
   Overlap input_overlap(size_t) const override { return Overlap::kNone; }

@@ -78,6 +78,7 @@ class GraphExecutor : public Operation {
   void update(const AnyParam& param) override;
   AnyParam param() const override;
   std::string impl_info() const override;
+  bool checks_input_values() const override { return true; }  // whatever its nodes check
 
   const Graph& graph() const;
   // The plan of the last setup: memory layout and cost.

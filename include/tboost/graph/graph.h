@@ -117,6 +117,8 @@ class Graph {
   void output(TensorId t, const std::string& name = "");
   TensorId id(const std::string& name) const;  // throws when unknown
   bool has(const std::string& name) const { return by_name_.count(name) != 0; }
+  // `name`, or `name#k` with the smallest k >= 1 that no tensor uses yet.
+  std::string unique_name(const std::string& name) const;
   // Gives t a new, unused name (throws when taken).
   void rename(TensorId t, const std::string& name);
 

@@ -70,6 +70,12 @@ class Operation {
   virtual AnyParam param() const = 0;
   // What the last setup chose (kernel, ISA, path), for reports.
   virtual std::string impl_info() const { return {}; }
+  // The input whose memory output `output` is (written in place, the very same view), or -1.
+  // A graph gives such an output no memory of its own.
+  virtual int inplace_input(size_t output) const { return -1; }
+  // Whether execute checks input values (ids, slots, lengths) and can fail after a setup that
+  // succeeded. A graph writes its outputs only once such checks have passed.
+  virtual bool checks_input_values() const { return false; }
 };
 
 std::unique_ptr<Operation> create_operation(const AnyParam& param);
