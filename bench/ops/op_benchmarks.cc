@@ -346,6 +346,53 @@ struct DirectMatmul {
   }
 };
 
+// Decode GEMV: M = 1 (and a 4-sequence batch) against weights bigger than the L3, so every call
+// streams them from DRAM. Ours (weight as stored) vs oneDNN called directly on its packed
+// weight, alternating. Floor: weight bytes / the DRAM read bandwidth measured in this run.
+void gemv_cases(Runner& R) {
+  struct Shp {
+    int64_t M, K, N;
+  };
+  const Shp shapes[] = {{1, 2048, 5632}, {1, 768, 32000}, {4, 2048, 5632}};
+  omp_set_num_threads(R.ctx.num_threads());
+  for (const Shp& s : shapes)
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const std::string name = std::string("linear_gemv_") + dtype_name(dt) + "[" +
+                               std::to_string(s.M) + "x" + std::to_string(s.K) + "x" +
+                               std::to_string(s.N) + "]";
+      if (!R.want(name)) continue;
+      Tensor x = filled(dt, {s.M, s.K}, 1);
+      Tensor w = filled(dt, {s.N, s.K}, 2, -0.05f, 0.05f);
+      Tensor y = Tensor::empty(dt, {s.M, s.N}), y2 = Tensor::empty(dt, {s.M, s.N});
+      Call ours(LinearParam{}, {x, w}, {y}, R.ctx);
+      DirectMatmul direct(x, w, y2);
+      const double wbytes = static_cast<double>(s.K * s.N) * static_cast<double>(dtype_size(dt));
+      Result r;
+      r.name = name;
+      r.dtype = dtype_name(dt);
+      r.flops = 2.0 * static_cast<double>(s.M * s.K * s.N);
+      r.bytes = wbytes;
+      Timing o;
+      if (direct.ok) {
+        const auto [a, b] = time_pair([&] { ours(R.ctx); }, [&] { direct(); }, R.budget());
+        o = a;
+        r.baseline = "onednn";
+        r.speedup_vs_baseline = b.median / a.median;
+        r.bytes_ratio_vs_baseline = 1.0;
+      } else {
+        o = time_fn([&] { ours(R.ctx); }, R.budget());
+      }
+      r.seconds = o.median;
+      r.spread = spread(o);
+      r.gflops = r.flops / r.seconds / 1e9;
+      r.floor_fraction = wbytes / (R.lim.read_gbps * 1e9) / r.seconds;
+      r.note = "GB/s " + std::to_string(wbytes / r.seconds / 1e9).substr(0, 5) + "; " +
+               ours.op->impl_info() +
+               (direct.ok ? "" : "; oneDNN has no " + std::string(dtype_name(dt)) + " matmul here");
+      R.emit(r);
+    }
+}
+
 void linear_cases(Runner& R) {
   struct Shp {
     int64_t M, K, N;
@@ -474,6 +521,7 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
   memory_bound_ops(R);
   fused_chains(R);
   linear_cases(R);
+  gemv_cases(R);
   attention_benchmarks(R);
   graph_benchmarks(R);
   return rows;

@@ -27,6 +27,7 @@
 // When that layout is the weight's own, it is used in place and nothing is copied.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <memory>
@@ -58,6 +59,20 @@ RowView strided_rows(int64_t count, int64_t cols, int64_t ld) {
   RowView v = RowView::contiguous(count, cols);
   v.uniform_stride = ld;
   return v;
+}
+
+// The Activation kernel's type for a Linear epilogue activation (not kNone).
+ops::ActivationType activation_type(Activation a) {
+  switch (a) {
+    case Activation::kRelu:
+      return ops::ActivationType::kRelu;
+    case Activation::kGeluErf:
+      return ops::ActivationType::kGeluErf;
+    case Activation::kGeluTanh:
+      return ops::ActivationType::kGeluTanh;
+    default:
+      return ops::ActivationType::kSilu;
+  }
 }
 
 bool same_layout(const TensorDesc& a, const TensorDesc& b) {
@@ -198,6 +213,11 @@ class LinearOp : public OpBase<LinearParam> {
       impl_ = "empty (nothing to compute)";
       return setup_ws_ = 0;
     }
+    if (gemv_ok(pack)) {
+      impl_ = std::string("tboost gemv (weight streaming, ") + dtype_name(pack.inputs[1].dtype()) +
+              " weight as stored, no packing)";
+      return setup_ws_ = 0;
+    }
     with_dnnl_errors(chk, "setting up", impl_, [&] {
       refresh(pack, ctx, chk);
       if (param_.constant_weight) {
@@ -211,6 +231,7 @@ class LinearOp : public OpBase<LinearParam> {
   void do_execute(const VariantPack& pack, void* workspace, Context& ctx) override {
     const Checker chk(name());
     if (pack.outputs[0].numel() == 0) return;
+    if (gemv_ok(pack)) return run_gemv(pack, ctx);
     with_dnnl_errors(chk, "executing", impl_, [&] {
       refresh(pack, ctx, chk);  // a new thread count or new aliasing re-plans
       // A plan made here may need more than the caller was told at setup: use our own.
@@ -227,6 +248,71 @@ class LinearOp : public OpBase<LinearParam> {
   }
 
  private:
+  // Small M (decode) runs our weight-streaming GEMV on the weight as stored (src/kernels/cpu/
+  // gemv.cc): no packing, one pass over the weights. TBOOST_GEMV=0 in the environment turns it
+  // off (oneDNN for every M, for comparisons).
+  static bool gemv_enabled() {
+    static const bool on = [] {
+      const char* e = std::getenv("TBOOST_GEMV");
+      return !(e && std::string(e) == "0");
+    }();
+    return on;
+  }
+  bool gemv_ok(const VariantPack& pack) const {
+    const LinearParam& prm = param_;
+    if (!gemv_enabled() || prm.transpose_a || !prm.transpose_b) return false;
+    const Tensor& x = pack.inputs[0];
+    const Tensor& y = pack.outputs[0];
+    const int64_t K = x.dim(-1);
+    if (x.numel() / K > kernels::kGemvMaxRows) return false;
+    if (row_view(x.desc()).uniform_stride < 0 || row_view(y.desc()).uniform_stride < 0 ||
+        row_view(pack.inputs[1].desc()).uniform_stride < 0)
+      return false;
+    if (prm.has_residual) {
+      // The epilogue reads each residual element just before writing the same y element: a
+      // residual that is y itself is fine, one partly overlapping it is not.
+      const Tensor& r = pack.inputs[prm.has_bias ? 3 : 2];
+      const RowView rr = row_view(r.desc());
+      if (rr.uniform_stride < 0) return false;
+      if (overlaps(r, y) && !(r.data() == y.data() && same_layout(r.desc(), y.desc())))
+        return false;
+    }
+    return true;
+  }
+  void run_gemv(const VariantPack& pack, Context& ctx) {
+    const Tensor& x = pack.inputs[0];
+    const Tensor& w = pack.inputs[1];
+    const Tensor& y = pack.outputs[0];
+    kernels::GemvArgs a;
+    a.K = x.dim(-1);
+    a.M = x.numel() / a.K;
+    a.N = w.dim(0);
+    a.x = x.data();
+    a.ldx = leading_dim(row_view(x.desc()));
+    a.x_dtype = x.dtype();
+    a.w = w.data();
+    a.ldw = leading_dim(row_view(w.desc()));
+    a.w_dtype = w.dtype();
+    a.y = y.data();
+    a.ldy = leading_dim(row_view(y.desc()));
+    a.y_dtype = y.dtype();
+    if (param_.has_bias) {
+      a.bias = pack.inputs[2].data();
+      a.bias_dtype = pack.inputs[2].dtype();
+    }
+    if (param_.has_residual) {
+      const Tensor& r = pack.inputs[param_.has_bias ? 3 : 2];
+      a.residual = r.data();
+      a.ldr = leading_dim(row_view(r.desc()));
+      a.residual_mul = param_.residual_is_multiplier;
+    }
+    a.has_act = param_.activation != Activation::kNone;
+    a.act = activation_type(param_.activation);
+    a.threads = ctx.num_threads();
+    a.ftz = ctx.flush_denormals();
+    kernels::gemv_forward(a);
+  }
+
   Plan make_plan(const VariantPack& pack, int threads, bool native) const {
     const LinearParam& prm = param_;
     const Tensor& x = pack.inputs[0];
@@ -450,20 +536,7 @@ class LinearOp : public OpBase<LinearParam> {
       act.x = act.y = yp;
       act.x_rows = act.y_rows = strided_rows(p.M, p.N, p.ld_y);
       act.dtype = p.compute();
-      switch (p.param.activation) {
-        case Activation::kRelu:
-          act.type = ops::ActivationType::kRelu;
-          break;
-        case Activation::kGeluErf:
-          act.type = ops::ActivationType::kGeluErf;
-          break;
-        case Activation::kGeluTanh:
-          act.type = ops::ActivationType::kGeluTanh;
-          break;
-        default:
-          act.type = ops::ActivationType::kSilu;
-          break;
-      }
+      act.type = activation_type(p.param.activation);
       act.threads = nt;
       act.ftz = ftz;
       kernels::activation_forward(act);

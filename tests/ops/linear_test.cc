@@ -142,6 +142,16 @@ std::vector<CaseSpec> linear_cases() {
       add({.dtype = dt, .x = {2, 5, 64}, .N = 40, .act = a, .res = true, .res_mul = true,
            .strided_in = true, .strided_out = true, .threads = 2});
     }
+  // Small M runs the weight-streaming GEMV (M <= 8), M = 9 oneDNN: every row-group size of the
+  // GEMV (1-4 rows, then groups of 4), N not a multiple of its 16-output blocks, K not a
+  // multiple of the vector width, two threads splitting N, strided rows.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9}) {
+      add({.dtype = dt, .x = {m, 257}, .N = 301, .bias = true, .act = Activation::kGeluTanh,
+           .res = true, .threads = 2});
+      add({.dtype = dt, .x = {m, 40}, .N = 37, .bias = true, .bias_dtype = dt, .res = true,
+           .res_mul = true, .strided_in = true, .strided_out = true, .threads = 2});
+    }
   // Residual strided, y contiguous: the residual is staged with y's leading dim.
   add({.dtype = DType::kF32, .x = {6, 20}, .N = 30, .res = true, .strided_in = true});
   // y strided (uniform), residual contiguous.
@@ -470,16 +480,33 @@ TEST(LinearOp, ImplInfoNamesThePath) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     auto op = create_operation(
         LinearParam{.has_bias = true, .activation = Activation::kGeluErf, .has_residual = true});
-    Buffer x = random_tensor(rng, dt, {8, 64}, false);
+    Buffer x = random_tensor(rng, dt, {16, 64}, false);  // M > kGemvMaxRows: oneDNN
     Buffer w = random_tensor(rng, dt, {32, 64}, false);
     Buffer b = random_tensor(rng, DType::kF32, {32}, false);
-    Buffer r = random_tensor(rng, dt, {8, 32}, false);
-    Tensor y = Tensor::empty(dt, {8, 32});
+    Buffer r = random_tensor(rng, dt, {16, 32}, false);
+    Tensor y = Tensor::empty(dt, {16, 32});
     run_operation(*op, {{x.view, w.view, b.view, r.view}, {y}}, ctx);
     const std::string impl = op->impl_info();
     std::cout << "[ impl     ] Linear " << dtype_name(dt) << ": " << impl << "\n";
     EXPECT_EQ(impl.rfind("onednn:", 0), 0u) << impl;
     EXPECT_EQ(impl.find("ref:"), std::string::npos) << "oneDNN's reference matmul: " << impl;
+  }
+}
+
+// Decode-sized M runs the weight-streaming GEMV on the weight as stored (nothing packed);
+// M = 9 and up goes to oneDNN.
+TEST(LinearOp, SmallMRunsGemv) {
+  Rng rng;
+  Context ctx;
+  for (int64_t m : {1, 8, 9}) {
+    auto op = create_operation(LinearParam{.has_bias = true});
+    Buffer x = random_tensor(rng, DType::kBF16, {m, 64}, false);
+    Buffer w = random_tensor(rng, DType::kBF16, {24, 64}, false);
+    Buffer b = random_tensor(rng, DType::kF32, {24}, false);
+    Tensor y = Tensor::empty(DType::kBF16, {m, 24});
+    run_operation(*op, {{x.view, w.view, b.view}, {y}}, ctx);
+    const std::string impl = op->impl_info();
+    EXPECT_EQ(impl.find("gemv") != std::string::npos, m <= 8) << "M=" << m << ": " << impl;
   }
 }
 
@@ -489,10 +516,10 @@ TEST(LinearOp, MismatchedResidualLayoutStaysOnFastPath) {
   Rng rng;
   Context ctx;
   auto op = create_operation(LinearParam{.has_residual = true});
-  Buffer x = random_tensor(rng, DType::kF32, {6, 32}, false);
+  Buffer x = random_tensor(rng, DType::kF32, {16, 32}, false);  // M > kGemvMaxRows: oneDNN
   Buffer w = random_tensor(rng, DType::kF32, {20, 32}, false);
-  Buffer r = random_tensor(rng, DType::kF32, {6, 20}, false);
-  Buffer y = poisoned_output(TensorDesc::contiguous(DType::kF32, {6, 20}), true);  // ld 23
+  Buffer r = random_tensor(rng, DType::kF32, {16, 20}, false);
+  Buffer y = poisoned_output(TensorDesc::contiguous(DType::kF32, {16, 20}), true);  // ld 23
   run_operation(*op, {{x.view, w.view, r.view}, {y.view}}, ctx);
   const std::string impl = op->impl_info();
   EXPECT_EQ(impl.find("ref:"), std::string::npos) << impl;

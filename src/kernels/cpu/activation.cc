@@ -27,32 +27,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
 
-template <ops::ActivationType t, class D, class V>
-HWY_INLINE V Apply(D d, V x) {
-  using ops::ActivationType;
-  switch (t) {
-    case ActivationType::kRelu:  // not Max(x, 0): x86 max drops a NaN; NaN must propagate
-      return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x);
-    case ActivationType::kSilu:
-    case ActivationType::kSwiGlu:
-      return hn::Mul(x, Sigmoid(d, x));
-    case ActivationType::kGeluTanh:
-    case ActivationType::kGeGluTanh: {
-      // 0.5·x·(1 + tanh(u)) = x·sigmoid(2u), u = sqrt(2/pi)·(x + 0.044715·x³)
-      const V x2 = hn::Mul(x, x);
-      const V u2 = hn::Mul(hn::Mul(x, hn::Set(d, 2.0f * 0.7978845608028654f)),
-                           hn::MulAdd(x2, hn::Set(d, 0.044715f), hn::Set(d, 1.0f)));
-      return hn::Mul(x, Sigmoid(d, u2));
-    }
-    case ActivationType::kGeluErf:
-    case ActivationType::kGeGluErf: {
-      const V half_x = hn::Mul(x, hn::Set(d, 0.5f));
-      return hn::MulAdd(half_x, Erf(d, hn::Mul(x, hn::Set(d, 0.7071067811865476f))), half_x);
-    }
-  }
-  return x;
-}
-
 // The activation is a template parameter so the loop body is one straight-line sequence the
 // compiler can schedule across iterations (a switch per vector cost ~15% here).
 template <class T, ops::ActivationType kType>
@@ -69,8 +43,8 @@ void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
     int64_t i = 0;
     // Two independent vectors per step: the exp/reciprocal chains are latency bound.
     for (; i + 2 * L <= F; i += 2 * L) {
-      auto v0 = Apply<kType>(d, LoadF(d, gate + i));
-      auto v1 = Apply<kType>(d, LoadF(d, gate + i + L));
+      auto v0 = ApplyActivation<kType>(d, LoadF(d, gate + i));
+      auto v1 = ApplyActivation<kType>(d, LoadF(d, gate + i + L));
       if constexpr (gated) {
         v0 = hn::Mul(v0, LoadF(d, up + i));
         v1 = hn::Mul(v1, LoadF(d, up + i + L));
@@ -79,13 +53,13 @@ void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
       StoreF(d, v1, y + i + L);
     }
     for (; i + L <= F; i += L) {
-      auto v = Apply<kType>(d, LoadF(d, gate + i));
+      auto v = ApplyActivation<kType>(d, LoadF(d, gate + i));
       if constexpr (gated) v = hn::Mul(v, LoadF(d, up + i));
       StoreF(d, v, y + i);
     }
     if (i < F) {
       const auto n = static_cast<size_t>(F - i);
-      auto v = Apply<kType>(d, LoadTailF(d, gate + i, n));
+      auto v = ApplyActivation<kType>(d, LoadTailF(d, gate + i, n));
       if (up) v = hn::Mul(v, LoadTailF(d, up + i, n));
       StoreTailF(d, v, y + i, n);
     }

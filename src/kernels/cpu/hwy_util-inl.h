@@ -18,6 +18,7 @@
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
 #include "tboost/core/dtype.h"
+#include "tboost/ops/activation.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
@@ -183,6 +184,34 @@ HWY_INLINE V Erf(D d, V x) {
   const V e = FastExp<kDegree>(d, hn::Neg(hn::Min(hn::Mul(ax, ax), hn::Set(d, 80.0f))));
   const V y = hn::NegMulAdd(p, e, hn::Set(d, 1.0f));
   return hn::CopySign(y, x);
+}
+
+// The activations on f32 lanes (gated types: the activation of the gate alone), shared by
+// the Activation kernel and the Linear epilogues.
+template <ops::ActivationType t, class D, class V>
+HWY_INLINE V ApplyActivation(D d, V x) {
+  using ops::ActivationType;
+  switch (t) {
+    case ActivationType::kRelu:  // not Max(x, 0): x86 max drops a NaN; NaN must propagate
+      return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x);
+    case ActivationType::kSilu:
+    case ActivationType::kSwiGlu:
+      return hn::Mul(x, Sigmoid(d, x));
+    case ActivationType::kGeluTanh:
+    case ActivationType::kGeGluTanh: {
+      // 0.5·x·(1 + tanh(u)) = x·sigmoid(2u), u = sqrt(2/pi)·(x + 0.044715·x³)
+      const V x2 = hn::Mul(x, x);
+      const V u2 = hn::Mul(hn::Mul(x, hn::Set(d, 2.0f * 0.7978845608028654f)),
+                           hn::MulAdd(x2, hn::Set(d, 0.044715f), hn::Set(d, 1.0f)));
+      return hn::Mul(x, Sigmoid(d, u2));
+    }
+    case ActivationType::kGeluErf:
+    case ActivationType::kGeGluErf: {
+      const V half_x = hn::Mul(x, hn::Set(d, 0.5f));
+      return hn::MulAdd(half_x, Erf(d, hn::Mul(x, hn::Set(d, 0.7071067811865476f))), half_x);
+    }
+  }
+  return x;
 }
 
 template <class D>

@@ -96,6 +96,34 @@ struct ActivationArgs {
 };
 void activation_forward(const ActivationArgs& a);
 
+// Weight-streaming matrix-vector product for small M (decode): y (M, N) = epilogue(x (M, K) ·
+// Wᵀ) with W (N, K) row-major as stored (Hugging Face layout), no packing. Every weight row is
+// read once from memory per call, shared by all M rows of x (M <= kGemvMaxRows). Accumulation
+// in f32; epilogue y = act(acc + bias) then (+ or ·) residual, rounded once to y's dtype.
+constexpr int64_t kGemvMaxRows = 8;
+struct GemvArgs {
+  void* y = nullptr;
+  int64_t ldy = 0;
+  DType y_dtype = DType::kF32;
+  const void* x = nullptr;
+  int64_t ldx = 0;
+  DType x_dtype = DType::kF32;
+  const void* w = nullptr;
+  int64_t ldw = 0;
+  DType w_dtype = DType::kF32;
+  const void* bias = nullptr;  // (N) or null
+  DType bias_dtype = DType::kF32;
+  const void* residual = nullptr;  // (M, N) with ldr, y's dtype, or null
+  int64_t ldr = 0;
+  bool residual_mul = false;
+  bool has_act = false;
+  ops::ActivationType act = ops::ActivationType::kSilu;  // kRelu, kGeluErf, kGeluTanh, kSilu
+  int64_t M = 0, N = 0, K = 0;
+  int threads = 1;
+  bool ftz = true;
+};
+void gemv_forward(const GemvArgs& a);
+
 struct SoftmaxArgs {
   void* y = nullptr;
   RowView y_rows;
