@@ -525,14 +525,9 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
   }
 
   size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
-    if (param_.apply_rope) {  // theta^(-2i/r), as the Rope op makes it
+    if (param_.apply_rope) {  // the frequencies, as the Rope op makes them
       const int64_t d = pack.inputs[0].dim(2);
-      const int64_t r = param_.rope.rotary_dim ? param_.rope.rotary_dim : d;
-      inv_freq_.resize(static_cast<size_t>(r / 2));
-      for (int64_t i = 0; i < r / 2; ++i)
-        inv_freq_[static_cast<size_t>(i)] =
-            std::pow(static_cast<double>(param_.rope.theta),
-                     -2.0 * static_cast<double>(i) / static_cast<double>(r));
+      inv_freq_ = ops::rope_inv_freq(param_.rope, param_.rope.rotary_dim ? param_.rope.rotary_dim : d);
     }
     for (int i = 0; i < 2; ++i)
       if (!same_view(pack.outputs[static_cast<size_t>(i)], pack.inputs[static_cast<size_t>(3 + i)]))
@@ -605,7 +600,7 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
                                       : pos.data_as<const int32_t>()[off];
   }
 
-  // One head row of k rotated (Rope's formula: angle of pair i = p / scaling * inv_freq[i],
+  // One head row of k rotated (Rope's formula: angle of pair i = p * inv_freq[i],
   // in f64, then f32 products) and converted into the cache row. Scalar: a decode step
   // rotates a few rows; the sin/cos of a row cost as much as its products.
   void rotate_into(char* dst, DType dt, const char* src, DType st, int64_t d, double p) const {
@@ -620,7 +615,7 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
     convert(xs, DType::kF32, src, st, d);
     const int64_t half = static_cast<int64_t>(inv_freq_.size());
     const bool interleaved = param_.rope.rotation == ops::RopeRotation::kInterleaved;
-    const double pp = p / static_cast<double>(param_.rope.scaling_factor);
+    const double pp = p;  // scaling is in inv_freq_
     for (int64_t i = 0; i < half; ++i) {
       const double a = std::remainder(pp * inv_freq_[static_cast<size_t>(i)], 2.0 * M_PI);
       const auto c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));

@@ -47,6 +47,11 @@ class RopeOp : public OpBase<ops::RopeParam> {
     chk.param(
         std::isfinite(param_.scaling_factor) && param_.scaling_factor > 0.0f,
         "scaling_factor must be finite and > 0, got " + std::to_string(param_.scaling_factor));
+    if (param_.scaling == ops::RopeScaling::kLlama3)
+      chk.param(param_.low_freq_factor > 0.0f && param_.high_freq_factor > param_.low_freq_factor &&
+                    param_.original_max_position > 0.0f,
+                "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor and "
+                "original_max_position > 0");
   }
 
   // Tokens of x: kBSND all dims before H; kBNSD B·S.
@@ -94,14 +99,9 @@ class RopeOp : public OpBase<ops::RopeParam> {
     chk.last_dim_contiguous(0, "y", pack.outputs[0].desc());
     kernel_ = get_kernel<decltype(kernels::rope_forward)>(name(), ctx.device(),
                                                           pack.inputs[0].dtype(), &impl_);
-    // theta^(-2i/r) once per setup: r/2 calls of pow cost about as much as rotating a few
+    // The frequencies once per setup: r/2 calls of pow cost about as much as rotating a few
     // thousand elements, which is a whole decode step's worth of q or k.
-    const int64_t r = rotary_dim(pack.inputs[0].desc());
-    inv_freq_.resize(static_cast<size_t>(r / 2));
-    for (int64_t i = 0; i < r / 2; ++i)
-      inv_freq_[static_cast<size_t>(i)] =
-          std::pow(static_cast<double>(param_.theta),
-                   -2.0 * static_cast<double>(i) / static_cast<double>(r));
+    inv_freq_ = ops::rope_inv_freq(param_, rotary_dim(pack.inputs[0].desc()));
     return 0;
   }
 
@@ -137,7 +137,7 @@ class RopeOp : public OpBase<ops::RopeParam> {
     a.head_dim = x.dim(-1);
     a.rotary_dim = rotary_dim(x.desc());
     a.inv_freq = inv_freq_.data();
-    a.scaling = param_.scaling_factor;
+    a.scaling = 1.0;  // in inv_freq_
     a.threads = ctx.num_threads();
     a.ftz = ctx.flush_denormals();
     kernel_(a);
@@ -155,3 +155,29 @@ std::unique_ptr<Operation> make_rope(const ops::RopeParam& p) {
 }
 
 }  // namespace tboost::ops_internal
+
+namespace tboost::ops {
+std::vector<double> rope_inv_freq(const RopeParam& p, int64_t rotary_dim) {
+  const int64_t half = rotary_dim / 2;
+  std::vector<double> f(static_cast<size_t>(half));
+  const double factor = p.scaling_factor;
+  for (int64_t i = 0; i < half; ++i) {
+    const double base = std::pow(static_cast<double>(p.theta),
+                                 -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
+    double v = base / factor;
+    if (p.scaling == RopeScaling::kLlama3) {
+      const double wavelen = 2.0 * M_PI / base;
+      const double old_len = p.original_max_position;
+      if (wavelen < old_len / p.high_freq_factor) {
+        v = base;
+      } else if (wavelen <= old_len / p.low_freq_factor) {
+        const double smooth =
+            (old_len / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor);
+        v = (1.0 - smooth) * base / factor + smooth * base;
+      }
+    }
+    f[static_cast<size_t>(i)] = v;
+  }
+  return f;
+}
+}  // namespace tboost::ops
