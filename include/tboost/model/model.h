@@ -1,0 +1,113 @@
+// OptimizedTransformer: a Hugging Face checkpoint (GPT-2, LLaMA family, BERT) run through the
+// graph layer.
+//
+// The model is compiled into fused graphs (graph/graph.h): every layer is a handful of fused
+// ops (norms with the residual add, Linear with bias / activation / residual epilogues,
+// SwiGLU as the gate projection's epilogue, rope, flash attention or paged decode attention,
+// the rope-fused KV-cache write), planned into one arena per input shape (graph/executor.h).
+// A causal LM has two graphs sharing the weights:
+//   prefill  fresh sequences packed without padding (varlen flash attention over the prompt;
+//            k and v are written into the cache);
+//   extend   B sequences with Sq new tokens each against what the cache holds (decode: Sq = 1;
+//            later chunks of a chunked prefill: B = 1, Sq = chunk), paged decode attention.
+// Logits are computed only for the rows asked for (the last token of each sequence when
+// generating, all of them for perplexity).
+//
+// Weights: the checkpoint's own memory when its dtype is the model's (zero copy); converted
+// once at load otherwise (and GPT-2's Conv1D (in, out) matrices transposed to (out, in)).
+// Every tensor is checked against the config (present, shape, dtype); errors name the tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tboost/core/context.h"
+#include "tboost/core/tensor.h"
+#include "tboost/model/config.h"
+#include "tboost/model/safetensors.h"
+
+namespace tboost::model {
+
+// set_tuning_params: how the KV cache and prefill are laid out.
+struct TuningParams {
+  int64_t max_seq_length = 0;  // context limit per sequence (KV capacity); 0: config's max
+  int64_t block_size = 16;     // KV-cache page, tokens
+  bool paged = true;           // false: one contiguous cache block per sequence
+  // Prompts longer than prefill_chunk tokens are prefilled in chunks of that many tokens (the
+  // first through flash attention, the rest against the cache): activation memory stays
+  // bounded by the chunk, not the prompt.
+  bool enable_dynamic_chunk = true;
+  int64_t prefill_chunk = 512;
+};
+
+struct LoadOptions {
+  DType dtype = DType::kF32;  // weights and activations (f32 or bf16)
+  SafeTensors::Load load = SafeTensors::Load::kRead;
+  int threads = 0;  // 0: all cores
+};
+
+class OptimizedTransformer {
+ public:
+  // config.json + safetensors in `dir`.
+  static std::unique_ptr<OptimizedTransformer> from_pretrained(const std::string& dir,
+                                                               const LoadOptions& opt = {});
+  // Random weights (normal, std 0.02; norms 1) from a fixed seed: benchmarks and tests.
+  static std::unique_ptr<OptimizedTransformer> from_config(const ModelConfig& config,
+                                                           const LoadOptions& opt = {},
+                                                           uint64_t seed = 1);
+  ~OptimizedTransformer();
+
+  const ModelConfig& config() const;
+  DType dtype() const;
+  Context& context();
+  void set_tuning_params(const TuningParams& p);
+  const TuningParams& tuning_params() const;
+  // Bytes of weight memory the model reads: all weights, and those one decode step streams
+  // (every matrix once, one embedding row).
+  size_t weight_bytes() const;
+  size_t weight_bytes_per_token() const;
+  // Fused-graph report of one layer stack at `tokens` prefill tokens (ops, bytes, arena).
+  std::string describe(int64_t tokens) const;
+
+  // ---- causal LMs: sequences in a KV cache (at most max_batch at once)
+  class Session {
+   public:
+    ~Session();
+    // A new, empty sequence; returns its handle. Throws when max_batch are live.
+    int add_sequence();
+    void remove_sequence(int seq);
+    int64_t length(int seq) const;  // tokens in the cache
+    // Appends tokens to each listed sequence (prefill or decode; sequences may differ in
+    // length) and returns f32 logits: one row per sequence (its last new token), or, with
+    // all_logits, one row per new token (sequence after sequence). Throws (and leaves every
+    // sequence as it was) when a sequence would outgrow max_seq_length or an id is out of range.
+    Tensor forward(const std::vector<int>& seqs, const std::vector<std::vector<int32_t>>& tokens,
+                   bool all_logits = false);
+
+   private:
+    friend class OptimizedTransformer;
+    struct Impl;
+    explicit Session(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+  };
+  std::unique_ptr<Session> new_session(int64_t max_batch = 1);
+
+  // ---- encoders (BERT): last hidden states (f32, one (len, hidden) tensor per sequence) and
+  // mean-pooled embeddings. type_ids may be empty (all 0).
+  std::vector<Tensor> encode(const std::vector<std::vector<int32_t>>& ids,
+                             const std::vector<std::vector<int32_t>>& type_ids = {});
+  std::vector<std::vector<float>> embed(const std::vector<std::vector<int32_t>>& ids,
+                                        const std::vector<std::vector<int32_t>>& type_ids = {},
+                                        bool normalize = true);
+
+ private:
+  struct Impl;
+  explicit OptimizedTransformer(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<Impl> make_impl(const ModelConfig& cfg, const LoadOptions& opt);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tboost::model

@@ -1,0 +1,271 @@
+// Safetensors reading (validated, zero-copy views) and writing.
+#include "tboost/model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tboost/core/error.h"
+
+namespace tboost::model {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& file, const std::string& what) {
+  throw Error(ErrorCode::kIo, file + ": " + what);
+}
+
+struct DtypeInfo {
+  const char* name;
+  size_t size;
+  bool supported;
+  DType dtype;
+};
+constexpr DtypeInfo kDtypes[] = {
+    {"F32", 4, true, DType::kF32},     {"F16", 2, true, DType::kF16},
+    {"BF16", 2, true, DType::kBF16},   {"I64", 8, true, DType::kI64},
+    {"I32", 4, true, DType::kI32},     {"I8", 1, true, DType::kI8},
+    {"U8", 1, true, DType::kU8},       {"F64", 8, false, DType::kF32},
+    {"I16", 2, false, DType::kF32},    {"U16", 2, false, DType::kF32},
+    {"U32", 4, false, DType::kF32},    {"U64", 8, false, DType::kF32},
+    {"BOOL", 1, false, DType::kF32},   {"F8_E4M3", 1, false, DType::kF32},
+    {"F8_E5M2", 1, false, DType::kF32}};
+
+const char* st_name(DType t) {
+  for (const auto& d : kDtypes)
+    if (d.supported && d.dtype == t) return d.name;
+  return "?";
+}
+
+}  // namespace
+
+struct SafeTensors::Mapping {
+  std::string file;
+  void* map = nullptr;
+  size_t map_bytes = 0;
+  std::shared_ptr<void> buffer;
+  const char* base = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (map) munmap(map, map_bytes);
+  }
+};
+
+SafeTensors::~SafeTensors() = default;
+
+void SafeTensors::add_file(const std::string& file, Load load) {
+  auto m = std::make_unique<Mapping>();
+  m->file = file;
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0) bad(file, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    bad(file, "cannot stat");
+  }
+  m->size = static_cast<size_t>(st.st_size);
+  if (m->size < 8) {
+    ::close(fd);
+    bad(file,
+        "truncated: " + std::to_string(m->size) + " bytes, less than the 8-byte header length");
+  }
+  if (load == Load::kMmap) {
+    m->map = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (m->map == MAP_FAILED) {
+      m->map = nullptr;
+      bad(file, "mmap failed");
+    }
+    m->map_bytes = m->size;
+    m->base = static_cast<const char*>(m->map);
+  } else {
+    m->buffer = aligned_buffer(m->size);
+    char* dst = static_cast<char*>(m->buffer.get());
+    size_t done = 0;
+    while (done < m->size) {
+      const ssize_t n = ::read(fd, dst + done, m->size - done);
+      if (n <= 0) {
+        ::close(fd);
+        bad(file, "read failed after " + std::to_string(done) + " bytes");
+      }
+      done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    m->base = dst;
+  }
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | static_cast<unsigned char>(m->base[i]);
+  if (hlen > m->size - 8)
+    bad(file, "truncated or corrupt: header length " + std::to_string(hlen) + " but only " +
+                  std::to_string(m->size - 8) + " bytes follow");
+  json h;
+  try {
+    h = json::parse(m->base + 8, m->base + 8 + hlen);
+  } catch (const std::exception& e) {
+    bad(file, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!h.is_object()) bad(file, "header is not a JSON object");
+  const char* data = m->base + 8 + hlen;
+  const size_t data_size = m->size - 8 - hlen;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    if (name == "__metadata__") continue;
+    const json& e = it.value();
+    const std::string where = "tensor \"" + name + "\"";
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+        !e.contains("data_offsets"))
+      bad(file, where + ": entry needs dtype, shape and data_offsets");
+    Entry en;
+    en.file = file;
+    if (!e["dtype"].is_string()) bad(file, where + ": dtype is not a string");
+    en.dtype_name = e["dtype"].get<std::string>();
+    const DtypeInfo* di = nullptr;
+    for (const auto& d : kDtypes)
+      if (en.dtype_name == d.name) di = &d;
+    if (!di) bad(file, where + ": unknown dtype \"" + en.dtype_name + "\"");
+    en.supported = di->supported;
+    en.dtype = di->dtype;
+    if (!e["shape"].is_array()) bad(file, where + ": shape is not an array");
+    uint64_t numel = 1;
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        bad(file, where + ": shape " + e["shape"].dump() + " has a bad dim");
+      const auto v = d.get<uint64_t>();
+      if (v != 0 && numel > (uint64_t{1} << 62) / v)
+        bad(file, where + ": shape " + e["shape"].dump() + " overflows");
+      numel *= v;
+      en.shape.push_back(static_cast<int64_t>(v));
+    }
+    if (en.shape.size() > 8) bad(file, where + ": rank above 8");
+    const json& off = e["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
+      bad(file, where + ": data_offsets must be two non-negative integers");
+    const auto b = off[0].get<uint64_t>(), en_ = off[1].get<uint64_t>();
+    if (b > en_ || en_ > data_size)
+      bad(file, where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(en_) +
+                    "] outside the " + std::to_string(data_size) + " data bytes (truncated file?)");
+    if (en_ - b != numel * di->size)
+      bad(file, where + ": " + std::to_string(en_ - b) + " data bytes for shape " +
+                    e["shape"].dump() + " of " + en.dtype_name + " (expected " +
+                    std::to_string(numel * di->size) + ")");
+    en.data = data + b;
+    en.bytes = en_ - b;
+    if (entries_.count(name))
+      bad(file, where + " appears twice (also in " + entries_[name].file + ")");
+    total_bytes_ += en.bytes;
+    entries_[name] = std::move(en);
+  }
+  files_.push_back(std::move(m));
+}
+
+std::shared_ptr<SafeTensors> SafeTensors::open(const std::string& path, Load load) {
+  std::shared_ptr<SafeTensors> st(new SafeTensors());
+  st->path_ = path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const fs::path dir(path);
+    if (fs::exists(dir / "model.safetensors")) {
+      st->add_file((dir / "model.safetensors").string(), load);
+    } else if (fs::exists(dir / "model.safetensors.index.json")) {
+      const std::string idx = (dir / "model.safetensors.index.json").string();
+      std::ifstream f(idx);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      json j;
+      try {
+        j = json::parse(ss.str());
+      } catch (const std::exception& e) {
+        bad(idx, std::string("not valid JSON: ") + e.what());
+      }
+      if (!j.contains("weight_map") || !j["weight_map"].is_object())
+        bad(idx, "no \"weight_map\" object");
+      std::map<std::string, std::vector<std::string>> by_file;
+      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+        if (!it.value().is_string())
+          bad(idx, "weight_map entry \"" + it.key() + "\" is not a file name");
+        by_file[it.value().get<std::string>()].push_back(it.key());
+      }
+      for (const auto& [file, names] : by_file) {
+        if (file.find('/') != std::string::npos || file.find("..") != std::string::npos)
+          bad(idx, "shard name \"" + file + "\" must be a plain file name");
+        st->add_file((dir / file).string(), load);
+        for (const auto& n : names)
+          if (!st->has(n))
+            bad(idx, "tensor \"" + n + "\" is listed for " + file + " but not in it");
+      }
+    } else {
+      throw Error(ErrorCode::kIo, path + ": no model.safetensors or model.safetensors.index.json");
+    }
+  } else {
+    st->add_file(path, load);
+  }
+  return st;
+}
+
+const SafeTensors::Entry& SafeTensors::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end())
+    throw Error(ErrorCode::kInvalidArgument, path_ + ": missing tensor \"" + name + "\"");
+  return it->second;
+}
+
+std::vector<std::string> SafeTensors::names() const {
+  std::vector<std::string> v;
+  for (const auto& [n, e] : entries_) v.push_back(n);
+  return v;
+}
+
+Tensor SafeTensors::tensor(const std::string& name) const {
+  const Entry& e = entry(name);
+  if (!e.supported)
+    throw Error(ErrorCode::kDTypeMismatch,
+                e.file + ": tensor \"" + name + "\" has dtype " + e.dtype_name +
+                    ", which tboost cannot use (F32, F16, BF16, integer types)");
+  return Tensor::view(const_cast<void*>(e.data), e.dtype, e.shape);
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors) {
+  json h = json::object();
+  uint64_t off = 0;
+  for (const auto& [name, t] : tensors) {
+    json e;
+    e["dtype"] = st_name(t.dtype());
+    e["shape"] = t.shape();
+    e["data_offsets"] = {off, off + t.nbytes()};
+    off += t.nbytes();
+    h[name] = e;
+  }
+  std::string hs = h.dump();
+  while (hs.size() % 8) hs += ' ';
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw Error(ErrorCode::kIo, "cannot write " + tmp);
+    uint64_t n = hs.size();
+    char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+    f.write(len, 8);
+    f.write(hs.data(), static_cast<std::streamsize>(hs.size()));
+    for (const auto& [name, t] : tensors) {
+      const Tensor c = t.is_contiguous() ? t : t.contiguous_copy();
+      f.write(static_cast<const char*>(c.data()), static_cast<std::streamsize>(c.nbytes()));
+    }
+    if (!f) throw Error(ErrorCode::kIo, "writing " + tmp + " failed");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(ErrorCode::kIo, "cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+}  // namespace tboost::model
