@@ -12,6 +12,7 @@ PKGS=(
   nlohmann-json3-dev
   libcli11-dev
   libonnx-dev libprotobuf-dev protobuf-compiler   # ONNX import (graph layer)
+  libsentencepiece-dev libicu-dev  # tokenizers: SentencePiece models; Unicode tables, NFD/NFC
 )
 
 missing=()
