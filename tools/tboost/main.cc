@@ -7,7 +7,9 @@
 
 #include "bench/bench.h"
 #include "tboost/tboost.h"
+#include "tools/tboost/model_bench.h"
 #include "tools/tboost/optimize_cmd.h"
+#include "tools/tboost/text_cmds.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tboost: fused transformer operators (transformer-boost)"};
@@ -57,11 +59,94 @@ int main(int argc, char** argv) {
                        "Directory with <input name>.npy for each graph input");
   optimize->add_option("--reference", oargs.reference, "A .npy the first output is compared with");
 
+  tboost::tools::ModelBenchArgs margs;
+  auto* bench = app.add_subcommand(
+      "bench", "Prefill (pp) and decode (tg) tokens/s of a model, llama-bench style");
+  auto* bcfg = bench->add_option("--config", margs.config,
+                                 "Built-in config with random weights (gpt2-small, llama-110m, "
+                                 "llama-1b, ...)");
+  auto* bmodel = bench->add_option("--model", margs.model, "Checkpoint directory");
+  bcfg->excludes(bmodel);
+  bench->add_option("--dtype", margs.dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  bench->add_option("--threads,-t", margs.threads, "Threads (0 = all cores)")
+      ->check(CLI::Range(0, 4096));
+  bench->add_option("-p,--prompt", margs.prompt, "Prefill tokens")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  bench->add_option("-n,--gen", margs.gen, "Decode tokens")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  bench->add_option("-r,--reps", margs.reps, "Repetitions after one warm-up")
+      ->check(CLI::Range(1, 1000));
+  bench->add_flag("--json", margs.json, "Print one JSON object");
+  bench->add_flag("--mmap", margs.mmap, "Map the weights instead of reading them into memory");
+
+  auto common = [](CLI::App* c, tboost::tools::CommonModelArgs& m) {
+    c->add_option("--model,-m", m.model,
+                  "Checkpoint directory (config.json, *.safetensors, tokenizer)")
+        ->required();
+    c->add_option("--dtype", m.dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+    c->add_option("--threads,-t", m.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096));
+    c->add_flag("--mmap", m.mmap, "Map the weights instead of reading them into memory");
+  };
+  tboost::tools::GenerateArgs gargs;
+  auto* generate = app.add_subcommand("generate",
+                                      "Generate text; streams tokens, then prefill "
+                                      "and decode tokens/s");
+  common(generate, gargs.m);
+  generate->add_option("--prompt,-p", gargs.prompts, "Prompt text (repeat for a batch)")
+      ->required();
+  generate->add_option("--max-new-tokens,-n", gargs.max_new_tokens, "Tokens to generate")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  generate->add_option("--temperature", gargs.sampling.temperature, "0 = greedy")
+      ->check(CLI::Range(0.0, 100.0));
+  generate->add_option("--top-k", gargs.sampling.top_k, "0 = off")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  generate->add_option("--top-p", gargs.sampling.top_p, "1 = off")->check(CLI::Range(0.0, 1.0));
+  generate->add_option("--repetition-penalty", gargs.sampling.repetition_penalty, "1 = off")
+      ->check(CLI::Range(0.01, 100.0));
+  generate->add_option("--seed", gargs.sampling.seed, "Sampling seed (same seed, same text)");
+  generate->add_flag("--chat", gargs.chat, "Wrap the prompt in the model's chat turn markers");
+  generate->add_option("--max-seq-length", gargs.max_seq_length, "Context limit (0 = model's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  generate->add_option("--block-size", gargs.block_size, "KV-cache page (tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  generate->add_option("--prefill-chunk", gargs.prefill_chunk, "Chunked prefill size (tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  generate->add_flag("--no-dynamic-chunk", gargs.no_dynamic_chunk, "Prefill prompts whole");
+  generate->add_flag("--contiguous-cache", gargs.contiguous_cache, "One KV block per sequence");
+
+  tboost::tools::EmbedArgs eargs;
+  auto* embed = app.add_subcommand("embed", "Sentence embeddings and a cosine-similarity table");
+  common(embed, eargs.m);
+  embed->add_option("texts", eargs.texts, "Texts to embed")->required();
+  embed->add_flag("--json", eargs.json, "Print JSON");
+
+  tboost::tools::PerplexityArgs pargs;
+  auto* perplexity = app.add_subcommand("perplexity", "Perplexity of a text (or token ids)");
+  common(perplexity, pargs.m);
+  perplexity->add_option("--text", pargs.text_file, "Text file");
+  perplexity->add_option("--ids", pargs.ids_file, "File of comma-separated token ids");
+  perplexity->add_option("--dump-logits", pargs.dump_logits,
+                         "Write every position's logits as float32 .npy (tokens, vocab)");
+  perplexity->add_option("--max-seq-length", pargs.max_seq_length, "Context limit (0 = model's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*info) {
       tboost::Context ctx;
       std::cout << ctx.report();
+    } else if (*generate) {
+      return tboost::tools::run_generate(gargs);
+    } else if (*embed) {
+      return tboost::tools::run_embed(eargs);
+    } else if (*perplexity) {
+      return tboost::tools::run_perplexity(pargs);
+    } else if (*bench) {
+      if (margs.config.empty() == margs.model.empty()) {
+        std::fprintf(stderr, "tboost: error: bench needs --config NAME or --model DIR\n");
+        return 2;
+      }
+      return tboost::tools::run_model_bench(margs);
     } else if (*optimize) {
       if (oargs.model.empty() == oargs.layer.empty()) {
         std::fprintf(stderr,

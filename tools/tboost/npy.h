@@ -75,4 +75,33 @@ inline Tensor load(const std::string& path) {
   return t;
 }
 
+// Writes an f32 tensor (contiguous) as a .npy file (format 1.0), via a temporary file renamed
+// into place, so a failed write never leaves a partial file.
+inline void save_f32(const std::string& path, const Tensor& t) {
+  if (t.dtype() != DType::kF32 || !t.is_contiguous())
+    throw Error(ErrorCode::kInvalidArgument, "npy: save_f32 needs a contiguous f32 tensor");
+  std::string shape = "(";
+  for (int i = 0; i < t.ndim(); ++i)
+    shape += std::to_string(t.dim(i)) + (t.ndim() == 1 ? "," : i + 1 < t.ndim() ? ", " : "");
+  shape += ")";
+  std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw Error(ErrorCode::kIo, "npy: cannot write '" + tmp + "'");
+    const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    f.write(magic, 8);
+    const auto n = static_cast<uint16_t>(h.size());
+    const char len[2] = {static_cast<char>(n & 0xff), static_cast<char>(n >> 8)};
+    f.write(len, 2);
+    f.write(h.data(), static_cast<std::streamsize>(h.size()));
+    f.write(static_cast<const char*>(t.data()), static_cast<std::streamsize>(t.nbytes()));
+    if (!f) throw Error(ErrorCode::kIo, "npy: writing '" + tmp + "' failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(ErrorCode::kIo, "npy: cannot rename '" + tmp + "' to '" + path + "'");
+}
+
 }  // namespace tboost::npy

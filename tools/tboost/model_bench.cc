@@ -1,0 +1,146 @@
+// Whole-model benchmark, llama-bench style: pp = one prompt of `prompt` tokens from an empty
+// cache; tg = `gen` single-token decode steps from an empty cache; each repeated `reps` times
+// after one untimed warm-up (graph plans, packed weights), medians and standard deviations.
+// The decode floor is measured in the same run: weight bytes streamed per token / the DRAM
+// read bandwidth of a 256 MiB read-only stream on the same threads.
+#include "tools/tboost/model_bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "bench/bench.h"
+#include "tboost/core/error.h"
+#include "tboost/model/model.h"
+
+namespace tboost::tools {
+namespace {
+
+using model::OptimizedTransformer;
+
+std::vector<int32_t> ids(int64_t n, int64_t V, uint32_t seed) {
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    v.push_back(static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(V)));
+  }
+  return v;
+}
+
+struct Stat {
+  double median = 0, sd = 0;
+};
+Stat stats(std::vector<double> v) {
+  Stat s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  double var = 0;
+  for (double x : v) var += (x - mean) * (x - mean);
+  s.sd = v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0.0;
+  return s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int run_model_bench(const ModelBenchArgs& a) {
+  model::LoadOptions lo;
+  lo.dtype = parse_dtype(a.dtype);
+  lo.threads = a.threads;
+  lo.load = a.mmap ? model::SafeTensors::Load::kMmap : model::SafeTensors::Load::kRead;
+  std::unique_ptr<OptimizedTransformer> m =
+      a.model.empty() ? OptimizedTransformer::from_config(model::ModelConfig::builtin(a.config), lo)
+                      : OptimizedTransformer::from_pretrained(a.model, lo);
+  const model::ModelConfig& c = m->config();
+  if (!c.causal()) throw Error(ErrorCode::kInvalidArgument, "bench needs a causal LM");
+  const int threads = m->context().num_threads();
+  const int64_t need = a.prompt + a.gen;
+  model::TuningParams tp = m->tuning_params();
+  tp.max_seq_length = std::max<int64_t>(need, 1);
+  if (need > c.max_positions)
+    throw Error(ErrorCode::kInvalidArgument, "-p + -n = " + std::to_string(need) +
+                                                 " tokens, longer than the context (" +
+                                                 std::to_string(c.max_positions) + ")");
+  tp.prefill_chunk = std::max<int64_t>(a.prompt, 1);
+  m->set_tuning_params(tp);
+  const int64_t V = c.vocab;
+  std::vector<double> pp, tg;
+  for (int r = 0; r <= a.reps; ++r) {  // r = 0: warm-up
+    if (a.prompt > 0) {
+      auto s = m->new_session(1);
+      const int q = s->add_sequence();
+      const auto p = ids(a.prompt, V, static_cast<uint32_t>(r + 1));
+      const auto t0 = std::chrono::steady_clock::now();
+      s->forward({q}, {p});
+      const double t = seconds_since(t0);
+      if (r > 0) pp.push_back(static_cast<double>(a.prompt) / t);
+    }
+    if (a.gen > 0) {
+      auto s = m->new_session(1);
+      const int q = s->add_sequence();
+      const auto g = ids(a.gen, V, static_cast<uint32_t>(100 + r));
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < a.gen; ++i) s->forward({q}, {{g[static_cast<size_t>(i)]}});
+      const double t = seconds_since(t0);
+      if (r > 0) tg.push_back(static_cast<double>(a.gen) / t);
+    }
+  }
+  // Peak RSS before the bandwidth probe allocates its own buffers.
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  const bench::Limits lim = bench::measure_limits(threads, false);
+  const Stat sp = stats(pp), sg = stats(tg);
+  const double bpt = static_cast<double>(m->weight_bytes_per_token());
+  const double floor_tps = lim.read_gbps * 1e9 / bpt;
+  const std::string name = a.model.empty() ? a.config : a.model;
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = name;
+    j["dtype"] = a.dtype;
+    j["threads"] = threads;
+    j["pp_tokens_per_s"] = sp.median;
+    j["pp_sd"] = sp.sd;
+    j["tg_tokens_per_s"] = sg.median;
+    j["tg_sd"] = sg.sd;
+    j["weight_bytes_per_token"] = bpt;
+    j["tg_floor_fraction"] = sg.median / floor_tps;
+    j["peak_rss_bytes"] = rss;
+    j["dram_read_gbps"] = lim.read_gbps;
+    j["prompt_tokens"] = a.prompt;
+    j["gen_tokens"] = a.gen;
+    j["reps"] = a.reps;
+    j["weights"] = a.mmap ? "mmap" : "read into memory";
+    std::cout << j.dump() << "\n";
+  } else {
+    std::printf("%s\n", m->describe(a.prompt).c_str());
+    std::printf("| model | dtype | threads | test | t/s |\n|---|---|---|---|---|\n");
+    if (a.prompt > 0)
+      std::printf("| %s | %s | %d | pp%lld | %.2f ± %.2f |\n", name.c_str(), a.dtype.c_str(),
+                  threads, static_cast<long long>(a.prompt), sp.median, sp.sd);
+    if (a.gen > 0)
+      std::printf("| %s | %s | %d | tg%lld | %.2f ± %.2f |\n", name.c_str(), a.dtype.c_str(),
+                  threads, static_cast<long long>(a.gen), sg.median, sg.sd);
+    std::printf(
+        "decode floor: %.1f MB of weights per token / %.1f GB/s DRAM read = %.1f tok/s; "
+        "tg at %.0f%% of it. Peak RSS %.0f MB. Weights %s.\n",
+        bpt / 1e6, lim.read_gbps, floor_tps, 100.0 * sg.median / floor_tps, rss / 1e6,
+        a.mmap ? "memory-mapped" : "read into memory");
+  }
+  return 0;
+}
+
+}  // namespace tboost::tools
