@@ -149,7 +149,7 @@ std::vector<CaseSpec> linear_cases() {
     for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 9}) {
       add({.dtype = dt, .x = {m, 257}, .N = 301, .bias = true, .act = Activation::kGeluTanh,
            .res = true, .threads = 2});
-      add({.dtype = dt, .x = {m, 40}, .N = 37, .bias = true, .bias_dtype = dt, .res = true,
+      add({.dtype = dt, .x = {m, 64}, .N = 37, .bias = true, .bias_dtype = dt, .res = true,
            .res_mul = true, .strided_in = true, .strided_out = true, .threads = 2});
     }
   // Residual strided, y contiguous: the residual is staged with y's leading dim.

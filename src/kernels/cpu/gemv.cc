@@ -17,6 +17,7 @@
 // clang-format on
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -27,56 +28,88 @@
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
 
-// kM rows of x (f32, stride ldx) against kR weight rows; sums[m * 16 + r] += dots.
-template <int kM, int kR, class TW>
-HWY_INLINE void DotBlock(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
-                         float* sums) {
+// One weight row against kM rows of x (f32, stride ldx): out[m * 16] = x_m · w. The row is
+// read front to back with kU independent accumulators per x row, so the whole weight matrix is
+// one sequential stream (rows are contiguous): the hardware prefetcher runs ahead of it, which
+// it does not for several short rows read side by side (K = 768 bf16 is 24 cache lines).
+template <int kM, int kU, class TW>
+HWY_INLINE void DotRow(const float* x, int64_t ldx, const TW* w, int64_t K, float* out) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   using V = hn::Vec<decltype(d)>;
-  V acc[kM][kR];
+  V acc[kM][kU];
   for (int m = 0; m < kM; ++m)
-    for (int r = 0; r < kR; ++r) acc[m][r] = hn::Zero(d);
+    for (int u = 0; u < kU; ++u) acc[m][u] = hn::Zero(d);
   int64_t k = 0;
-  for (; k + L <= K; k += L) {
-    V wv[kR];
-    for (int r = 0; r < kR; ++r) wv[r] = LoadF(d, w + r * ldw + k);
-    for (int m = 0; m < kM; ++m) {
-      const V xv = hn::LoadU(d, x + m * ldx + k);
-      for (int r = 0; r < kR; ++r) acc[m][r] = hn::MulAdd(xv, wv[r], acc[m][r]);
+  for (; k + kU * L <= K; k += kU * L) {
+    for (int u = 0; u < kU; ++u) {
+      const V wv = LoadF(d, w + k + u * L);
+      for (int m = 0; m < kM; ++m)
+        acc[m][u] = hn::MulAdd(hn::LoadU(d, x + m * ldx + k + u * L), wv, acc[m][u]);
     }
   }
-  if (k < K) {
-    const auto n = static_cast<size_t>(K - k);
-    V wv[kR];
-    for (int r = 0; r < kR; ++r) wv[r] = LoadTailF(d, w + r * ldw + k, n);
-    for (int m = 0; m < kM; ++m) {
-      const V xv = LoadTailF(d, x + m * ldx + k, n);
-      for (int r = 0; r < kR; ++r) acc[m][r] = hn::MulAdd(xv, wv[r], acc[m][r]);
-    }
+  for (; k < K; k += L) {
+    const auto n = static_cast<size_t>(std::min(L, K - k));
+    const V wv = LoadTailF(d, w + k, n);
+    for (int m = 0; m < kM; ++m)
+      acc[m][0] = hn::MulAdd(LoadTailF(d, x + m * ldx + k, n), wv, acc[m][0]);
   }
-  for (int m = 0; m < kM; ++m)
-    for (int r = 0; r < kR; ++r) sums[m * 16 + r] = ReduceSumF(d, acc[m][r]);
+  for (int m = 0; m < kM; ++m) {
+    V t = acc[m][0];
+    for (int u = 1; u < kU; ++u) t = hn::Add(t, acc[m][u]);
+    out[m * 16] = ReduceSumF(d, t);
+  }
 }
 
-// Dots of kM rows of x with weight rows [n0, n0 + cnt), cnt <= 16, into sums[m * 16 + j].
-// Independent FMA chains: kM * kR accumulators + kR weight vectors + 1 x vector stay in the
-// 16 ymm registers of AVX2 (kM 1-2: 4 rows; kM 3-4: 2 rows).
+// bf16 weights, K a multiple of 2 * Lanes: each 32-byte load holds Lanes pairs of bf16; as u32
+// lanes, (v << 16) is the even element as f32 and (v & 0xFFFF0000) the odd one. x was stored
+// pair-split per 2 * Lanes chunk (even elements, then odd ones), so no cross-lane shuffle is
+// needed: two ALU ops widen 2 * Lanes weights, where PromoteTo costs a shuffle per Lanes.
+template <int kM, int kU>
+HWY_INLINE void DotRowBf16Pairs(const float* x, int64_t ldx, const bf16_t* w, int64_t K,
+                                float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  using V = hn::Vec<decltype(d)>;
+  const auto hi_mask = hn::Set(du, 0xFFFF0000u);
+  V acc[kM][kU];
+  for (int m = 0; m < kM; ++m)
+    for (int u = 0; u < kU; ++u) acc[m][u] = hn::Zero(d);
+  auto step = [&](int64_t k, int u) HWY_ATTR {
+    const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(w + k));
+    const V we = hn::BitCast(d, hn::ShiftLeft<16>(v)), wo = hn::BitCast(d, hn::And(v, hi_mask));
+    for (int m = 0; m < kM; ++m) {
+      acc[m][u] = hn::MulAdd(hn::LoadU(d, x + m * ldx + k), we, acc[m][u]);
+      acc[m][u] = hn::MulAdd(hn::LoadU(d, x + m * ldx + k + L), wo, acc[m][u]);
+    }
+  };
+  int64_t k = 0;
+  for (; k + kU * 2 * L <= K; k += kU * 2 * L) {
+    for (int u = 0; u < kU; ++u) step(k + u * 2 * L, u);
+  }
+  for (; k < K; k += 2 * L) step(k, 0);
+  for (int m = 0; m < kM; ++m) {
+    V t = acc[m][0];
+    for (int u = 1; u < kU; ++u) t = hn::Add(t, acc[m][u]);
+    out[m * 16] = ReduceSumF(d, t);
+  }
+}
+
+// Dots of kM rows of x with weight rows [0, cnt) (cnt <= 16) into sums[m * 16 + j], row after
+// row. Accumulators: kM * kU in the 16 ymm registers of AVX2.
 template <int kM, class TW>
 HWY_INLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
-                        int64_t cnt, float* sums) {
-  constexpr int kR = kM <= 2 ? 4 : 2;
-  int64_t j = 0;
-  for (; j + kR <= cnt; j += kR) {
-    float s[kM * 16];
-    DotBlock<kM, kR>(x, ldx, w + j * ldw, ldw, K, s);
-    for (int m = 0; m < kM; ++m)
-      for (int r = 0; r < kR; ++r) sums[m * 16 + j + r] = s[m * 16 + r];
-  }
-  for (; j < cnt; ++j) {
-    float s[kM * 16];
-    DotBlock<kM, 1>(x, ldx, w + j * ldw, ldw, K, s);
-    for (int m = 0; m < kM; ++m) sums[m * 16 + j] = s[m * 16];
+                        int64_t cnt, float* sums, bool pairs) {
+  constexpr int kU = kM <= 2 ? 4 : 2;
+  for (int64_t j = 0; j < cnt; ++j) {
+    if constexpr (std::is_same_v<TW, bf16_t>) {
+      if (pairs) {
+        DotRowBf16Pairs<kM, kU>(x, ldx, w + j * ldw, K, sums + j);
+        continue;
+      }
+    }
+    DotRow<kM, kU>(x, ldx, w + j * ldw, K, sums + j);
   }
 }
 
@@ -110,7 +143,7 @@ void Epilogue(const GemvArgs& a, const float* sums, int64_t m0, int64_t mcount, 
 }
 
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
-void GemvTyped(const GemvArgs& a, const float* xf) {
+void GemvTyped(const GemvArgs& a, const float* xf, bool pairs) {
   constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 vectors)
   const int64_t blocks = (a.N + kBlock - 1) / kBlock;
   const TW* w = static_cast<const TW*>(a.w);
@@ -130,16 +163,16 @@ void GemvTyped(const GemvArgs& a, const float* xf) {
         const float* xm = xf + m0 * a.K;
         switch (mc) {
           case 1:
-            DotRows<1>(xm, a.K, wb, a.ldw, a.K, cnt, sums);
+            DotRows<1>(xm, a.K, wb, a.ldw, a.K, cnt, sums, pairs);
             break;
           case 2:
-            DotRows<2>(xm, a.K, wb, a.ldw, a.K, cnt, sums);
+            DotRows<2>(xm, a.K, wb, a.ldw, a.K, cnt, sums, pairs);
             break;
           case 3:
-            DotRows<3>(xm, a.K, wb, a.ldw, a.K, cnt, sums);
+            DotRows<3>(xm, a.K, wb, a.ldw, a.K, cnt, sums, pairs);
             break;
           default:
-            DotRows<4>(xm, a.K, wb, a.ldw, a.K, cnt, sums);
+            DotRows<4>(xm, a.K, wb, a.ldw, a.K, cnt, sums, pairs);
             break;
         }
         Epilogue<kAct, kHasAct, TY>(a, sums, m0, mc, n0, cnt);
@@ -149,50 +182,63 @@ void GemvTyped(const GemvArgs& a, const float* xf) {
 }
 
 template <class TW, class TY>
-void GemvAct(const GemvArgs& a, const float* xf) {
+void GemvAct(const GemvArgs& a, const float* xf, bool pairs) {
   using ops::ActivationType;
-  if (!a.has_act) return GemvTyped<TW, TY, ActivationType::kRelu, false>(a, xf);
+  if (!a.has_act) return GemvTyped<TW, TY, ActivationType::kRelu, false>(a, xf, pairs);
   switch (a.act) {
     case ActivationType::kRelu:
-      return GemvTyped<TW, TY, ActivationType::kRelu, true>(a, xf);
+      return GemvTyped<TW, TY, ActivationType::kRelu, true>(a, xf, pairs);
     case ActivationType::kGeluErf:
-      return GemvTyped<TW, TY, ActivationType::kGeluErf, true>(a, xf);
+      return GemvTyped<TW, TY, ActivationType::kGeluErf, true>(a, xf, pairs);
     case ActivationType::kGeluTanh:
-      return GemvTyped<TW, TY, ActivationType::kGeluTanh, true>(a, xf);
+      return GemvTyped<TW, TY, ActivationType::kGeluTanh, true>(a, xf, pairs);
     default:
-      return GemvTyped<TW, TY, ActivationType::kSilu, true>(a, xf);
+      return GemvTyped<TW, TY, ActivationType::kSilu, true>(a, xf, pairs);
   }
 }
 
 template <class TW>
-void GemvW(const GemvArgs& a, const float* xf) {
+void GemvW(const GemvArgs& a, const float* xf, bool pairs) {
   switch (a.y_dtype) {
     case DType::kBF16:
-      return GemvAct<TW, bf16_t>(a, xf);
+      return GemvAct<TW, bf16_t>(a, xf, pairs);
     case DType::kF16:
-      return GemvAct<TW, f16_t>(a, xf);
+      return GemvAct<TW, f16_t>(a, xf, pairs);
     default:
-      return GemvAct<TW, float>(a, xf);
+      return GemvAct<TW, float>(a, xf, pairs);
   }
 }
 
 void GemvForward(const GemvArgs& a) {
   if (a.M <= 0 || a.N <= 0) return;
+  const hn::ScalableTag<float> d;
+  const auto L = static_cast<int64_t>(hn::Lanes(d));
+  // bf16 weights with K a multiple of 2 * Lanes take the pair-split path: x is stored with
+  // each 2 * Lanes chunk split into its even and odd elements (see DotBlockBf16Pairs).
+  const bool pairs = a.w_dtype == DType::kBF16 && a.K % (2 * L) == 0;
   // x converted to contiguous f32 once (M * K floats: a few KiB to a few tens of KiB).
-  thread_local std::vector<float> xbuf;
+  thread_local std::vector<float> xbuf, tmp;
   xbuf.resize(static_cast<size_t>(a.M * a.K));
+  tmp.resize(static_cast<size_t>(a.K));
   for (int64_t m = 0; m < a.M; ++m) {
     const char* src =
         static_cast<const char*>(a.x) + static_cast<size_t>(m * a.ldx) * dtype_size(a.x_dtype);
-    convert(xbuf.data() + m * a.K, DType::kF32, src, a.x_dtype, a.K);
+    float* dst = xbuf.data() + m * a.K;
+    convert(pairs ? tmp.data() : dst, DType::kF32, src, a.x_dtype, a.K);
+    if (pairs)
+      for (int64_t c = 0; c < a.K; c += 2 * L)
+        for (int64_t i = 0; i < L; ++i) {
+          dst[c + i] = tmp[static_cast<size_t>(c + 2 * i)];
+          dst[c + L + i] = tmp[static_cast<size_t>(c + 2 * i + 1)];
+        }
   }
   switch (a.w_dtype) {
     case DType::kBF16:
-      return GemvW<bf16_t>(a, xbuf.data());
+      return GemvW<bf16_t>(a, xbuf.data(), pairs);
     case DType::kF16:
-      return GemvW<f16_t>(a, xbuf.data());
+      return GemvW<f16_t>(a, xbuf.data(), false);
     default:
-      return GemvW<float>(a, xbuf.data());
+      return GemvW<float>(a, xbuf.data(), false);
   }
 }
 
