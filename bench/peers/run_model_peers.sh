@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue-5 peer comparison: tboost vs llama.cpp (llama-cpp-python) vs PyTorch eager on the same
+# random-weight checkpoints, same threads, batch 1, weights read into memory; the runs of the
+# peers alternate (rounds x peers), each run doing --reps repetitions after a warm-up.
+# Writes one JSON line per run to OUT (default bench/peers/model_runs.jsonl).
+#
+# Usage: bench/peers/run_model_peers.sh VENV CKPT_DIR [OUT] [ROUNDS] [REPS] [MODELS...]
+#   VENV      python venv with torch, transformers, llama-cpp-python, gguf
+#   CKPT_DIR  holds <model>-<dtype> checkpoints from scripts/make_random_checkpoint.py
+#   MODELS    e.g. llama-110m llama-1b gpt2-small (default: all three)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VENV=$1 CKPT=$2 OUT=${3:-bench/peers/model_runs.jsonl} ROUNDS=${4:-2} REPS=${5:-3}
+shift $(( $# < 5 ? $# : 5 ))
+MODELS=("$@")
+[ ${#MODELS[@]} -gt 0 ] || MODELS=(llama-110m llama-1b gpt2-small)
+PY=$VENV/bin/python
+TB=./build/release/tools/tboost/tboost
+export HF_HUB_OFFLINE=1
+for model in "${MODELS[@]}"; do
+  for dt in f32 bf16; do
+    dir=$CKPT/$model-$dt
+    [ -d "$dir" ] || { echo "skip $dir (missing)" >&2; continue; }
+    type=$( [ $dt = f32 ] && echo F32 || echo BF16 )
+    for round in $(seq "$ROUNDS"); do
+      echo "== $model $dt round $round" >&2
+      $TB bench --model "$dir" --dtype $dt -t 2 -p 512 -n 128 -r "$REPS" --json |
+        $PY -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(peer='tboost', model='$model', round=$round); print(json.dumps(d))" >> "$OUT"
+      $PY bench/peers/llama_cpp_bench.py "$dir" --type $type --reps "$REPS" --model "$model" --threads 2 |
+        $PY -c "import json,sys; d=json.loads(sys.stdin.readlines()[-1]); d.update(model='$model', dtype='$dt', round=$round); print(json.dumps(d))" >> "$OUT"
+      $PY bench/peers/torch_bench.py "$dir" --dtype $dt --reps "$REPS" --threads 2 |
+        $PY -c "import json,sys; d=json.loads(sys.stdin.readlines()[-1]); d.update(model='$model', dtype='$dt', round=$round); print(json.dumps(d))" >> "$OUT"
+    done
+  done
+done
