@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "tboost/model/generate.h"
@@ -83,6 +85,42 @@ TEST(RealModels, SmolLm2LogitsAndGreedyTextMatchTransformers) {
     EXPECT_EQ(got[0], want);
     EXPECT_EQ(tok->decode(got[0], false), c["greedy_text"].get<std::string>());
   }
+}
+
+// Full-size random checkpoints (scripts/make_model_goldens.py --full DIR: gpt2-small and the
+// llama-110m shape, transformers float64 logits): every position's logits and greedy text.
+// TBOOST_FULL_GOLDENS=DIR runs it (the checkpoints are ~0.5 GB each, not in the repo).
+TEST(RealModels, FullSizeRandomCheckpointsMatchTransformers) {
+  const char* root = std::getenv("TBOOST_FULL_GOLDENS");
+  if (!root || !*root) GTEST_SKIP() << "TBOOST_FULL_GOLDENS not set";
+  int checked = 0;
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    const std::string dir = e.path().string();
+    if (!std::filesystem::exists(dir + "/golden.json")) continue;
+    SCOPED_TRACE(dir);
+    std::ifstream f(dir + "/golden.json");
+    const json g = json::parse(f);
+    if (g.value("kind", "") != "causal_lm") continue;
+    auto m = OptimizedTransformer::from_pretrained(dir, {.threads = 2});
+    const auto ids = g["single"]["input_ids"][0].get<std::vector<int32_t>>();
+    const Tensor ref = npy::load(dir + "/logits_single.npy");
+    auto s = m->new_session(1);
+    const Tensor l = s->forward({s->add_sequence()}, {ids}, true);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < l.numel(); ++i) {
+      num = std::max(
+          num, std::abs(static_cast<double>(l.data_as<float>()[i]) - ref.data_as<float>()[i]));
+      den = std::max(den, std::abs(static_cast<double>(ref.data_as<float>()[i])));
+    }
+    std::cout << "[ full     ] " << dir << ": max |dlogit| / max |logit| = " << num / den << "\n";
+    EXPECT_LE(num / den, 1e-4);
+    GenerationConfig gc;
+    const auto want = g["greedy"]["generated_ids"].get<std::vector<int32_t>>();
+    gc.max_new_tokens = static_cast<int64_t>(want.size());
+    EXPECT_EQ(generate(*m, {g["greedy"]["prompt_ids"].get<std::vector<int32_t>>()}, gc)[0], want);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no causal-LM goldens under " << root;
 }
 
 }  // namespace
