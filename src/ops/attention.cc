@@ -527,7 +527,8 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
   size_t do_setup(const VariantPack& pack, Context&, const Checker& chk) override {
     if (param_.apply_rope) {  // the frequencies, as the Rope op makes them
       const int64_t d = pack.inputs[0].dim(2);
-      inv_freq_ = ops::rope_inv_freq(param_.rope, param_.rope.rotary_dim ? param_.rope.rotary_dim : d);
+      inv_freq_ =
+          ops::rope_inv_freq(param_.rope, param_.rope.rotary_dim ? param_.rope.rotary_dim : d);
     }
     for (int i = 0; i < 2; ++i)
       if (!same_view(pack.outputs[static_cast<size_t>(i)], pack.inputs[static_cast<size_t>(3 + i)]))
