@@ -393,6 +393,56 @@ void gemv_cases(Runner& R) {
     }
 }
 
+// A decode step's GEMVs as the model runs them: llama-110m's 12 layers (q, k, v, o 768x768;
+// gate, up 2048x768; down 768x2048) and the 32000-row lm_head, every matrix distinct, one
+// after another at M = 1 (219 MB in bf16, beyond any cache). Against the DRAM floor, this shows
+// what the per-call costs (fork/join, stream ramp-up, imbalance) take from the single-matrix
+// figures above.
+void gemv_layer_cases(Runner& R) {
+  struct Mat {
+    int64_t N, K;
+  };
+  std::vector<Mat> mats;
+  for (int l = 0; l < 12; ++l)
+    for (Mat m : {Mat{768, 768}, Mat{768, 768}, Mat{768, 768}, Mat{768, 768}, Mat{2048, 768},
+                  Mat{2048, 768}, Mat{768, 2048}})
+      mats.push_back(m);
+  mats.push_back({32000, 768});
+  omp_set_num_threads(R.ctx.num_threads());
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const std::string name = std::string("linear_gemv_layers_") + dtype_name(dt) + "[llama-110m]";
+    if (!R.want(name)) continue;
+    std::vector<Tensor> xs, ys;
+    std::vector<std::unique_ptr<Call>> calls;
+    double wbytes = 0;
+    uint32_t seed = 11;
+    for (const Mat& m : mats) {
+      xs.push_back(filled(dt, {1, m.K}, seed++));
+      ys.push_back(Tensor::empty(dt, {1, m.N}));
+      Tensor w = filled(dt, {m.N, m.K}, seed++, -0.05f, 0.05f);
+      calls.push_back(std::make_unique<Call>(LinearParam{}, std::vector<Tensor>{xs.back(), w},
+                                             std::vector<Tensor>{ys.back()}, R.ctx));
+      wbytes += static_cast<double>(m.N * m.K) * static_cast<double>(dtype_size(dt));
+    }
+    const Timing o = time_fn(
+        [&] {
+          for (auto& c : calls) (*c)(R.ctx);
+        },
+        R.budget());
+    Result r;
+    r.name = name;
+    r.dtype = dtype_name(dt);
+    r.seconds = o.median;
+    r.spread = spread(o);
+    r.bytes = wbytes;
+    r.gbps = wbytes / o.median / 1e9;
+    r.floor_fraction = wbytes / (R.lim.read_gbps * 1e9) / o.median;
+    r.note = std::to_string(mats.size()) + " GEMVs in sequence, " +
+             std::to_string(wbytes / 1e6).substr(0, 5) + " MB of weights";
+    R.emit(r);
+  }
+}
+
 void linear_cases(Runner& R) {
   struct Shp {
     int64_t M, K, N;
@@ -522,6 +572,7 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
   fused_chains(R);
   linear_cases(R);
   gemv_cases(R);
+  gemv_layer_cases(R);
   attention_benchmarks(R);
   graph_benchmarks(R);
   return rows;

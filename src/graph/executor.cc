@@ -2,12 +2,15 @@
 #include "tboost/graph/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -23,6 +26,51 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 size_t desc_bytes(const TensorDesc& d) {
   return static_cast<size_t>(d.numel()) * dtype_size(d.dtype);
 }
+
+// TBOOST_PROFILE=1: wall time per op kind (=2: per node name) over all graph runs of the process,
+// printed to stderr at exit (sorted, with call counts). Users find where a step's time goes without
+// a profiler.
+class OpProfile {
+ public:
+  static OpProfile* get() {
+    static OpProfile* p = [] {
+      const char* v = std::getenv("TBOOST_PROFILE");
+      if (!v || (v[0] != '1' && v[0] != '2')) return static_cast<OpProfile*>(nullptr);
+      auto* prof = new OpProfile;
+      prof->per_node = v[0] == '2';
+      return prof;
+    }();
+    return p;
+  }
+  void add(const std::string& kind, double s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& e = t_[kind];
+    e.first += s;
+    ++e.second;
+  }
+  ~OpProfile() = default;
+  bool per_node = false;  // TBOOST_PROFILE=2: per graph node name instead of per op kind
+
+ private:
+  OpProfile() {
+    std::atexit([] {
+      OpProfile* p = get();
+      std::vector<std::pair<std::string, std::pair<double, int64_t>>> v(p->t_.begin(), p->t_.end());
+      std::sort(v.begin(), v.end(),
+                [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+      double total = 0;
+      for (const auto& e : v) total += e.second.first;
+      std::fprintf(stderr, "tboost profile (TBOOST_PROFILE=1): %.3f s in graph nodes\n", total);
+      for (const auto& e : v)
+        std::fprintf(stderr, "  %-22s %9.3f ms %5.1f%% %9lld calls %8.2f us/call\n",
+                     e.first.c_str(), e.second.first * 1e3, 100.0 * e.second.first / total,
+                     static_cast<long long>(e.second.second),
+                     e.second.first * 1e6 / static_cast<double>(e.second.second));
+    });
+  }
+  std::mutex mu_;
+  std::map<std::string, std::pair<double, int64_t>> t_;
+};
 
 int env_async() {
   const char* v = std::getenv("TUNE_OP_EXE_ASYNC");
@@ -515,7 +563,13 @@ struct GraphExecutor::Impl {
     const Node& n = graph->nodes()[k];
     if (is_view(n.op) && !p.copy_reshape[k]) return;
     try {
+      OpProfile* prof = OpProfile::get();
+      const auto t0 =
+          prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       op_of(k).execute(node_pack(p, k, pack), workspace_for(ws_bytes[k]), ws_bytes[k], ctx);
+      if (prof)
+        prof->add(prof->per_node ? n.name : op_of(k).name(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     } catch (const Error& e) {
       throw Error(e.code(), "Graph node '" + n.name + "': " + e.what());
     }
