@@ -33,13 +33,30 @@ echo "== tboost optimize smoke runs (op-by-op layer; a tiny ONNX export against 
 ./build/release/tools/tboost/tboost optimize tests/data/onnx/gpt2_tiny/model.onnx --seq 16 \
   --inputs tests/data/onnx/gpt2_tiny --reference tests/data/onnx/gpt2_tiny/ort_logits.npy --budget 0.1
 
-echo "== model CLI smoke runs (bench, perplexity, generate, embed) and bad input"
+echo "== model CLI smoke runs (bench, perplexity, tokenize, generate, embed) and bad input"
 TB=./build/release/tools/tboost/tboost
 $TB bench --config llama-tiny -p 32 -n 8 -r 1 --json >/dev/null
 $TB bench --model tests/data/models/gpt2_tiny -p 16 -n 4 -r 1 >/dev/null
 echo "3,14,15,92,65,35,89,79" > build/ids.txt
 $TB perplexity -m tests/data/models/llama_tiny --ids build/ids.txt --dump-logits build/ppl_logits.npy
 python3 -c "import sys; d=open('build/ppl_logits.npy','rb').read(); sys.exit(0 if d[:6]==b'\x93NUMPY' and b'(8, 97)' in d[:128] else 1)"
+# Every tokenizer kind inside the CLI, against Hugging Face's ids (SentencePiece included: the
+# CLI must not load ONNX's protobuf next to libsentencepiece's).
+python3 - "$TB" <<'PY'
+import json, subprocess, sys
+tb = sys.argv[1]
+for tok, path in [("sentencepiece_bpe", "sp.model"), ("bytelevel_bpe", ""), ("minilm_wordpiece", "")]:
+    d = "tests/data/tokenizers/" + tok
+    g = json.load(open(d + "/golden.json"))
+    cases = [c for c in g["cases"] if c["text"].strip() and "\n" not in c["text"]][:4]
+    for c in cases:
+        out = subprocess.run([tb, "tokenize", "-m", d + ("/" + path if path else ""), c["text"]],
+                             capture_output=True, text=True)
+        want = c.get("ids_with_special", c.get("ids"))
+        got = [int(x) for x in out.stdout.split("\n")[0].split(",") if x]
+        if out.returncode != 0 or got != want:
+            sys.exit(f"tokenize {tok} {c['text']!r}: got {got} {out.stderr.strip()} want {want}")
+PY
 if [ -n "${TBOOST_SMOLLM2_DIR:-}" ]; then
   $TB generate -m "$TBOOST_SMOLLM2_DIR" --chat -p "Say hello." -n 8 --temperature 0.7 --top-p 0.9 --seed 1 >/dev/null
   $TB embed -m "$TBOOST_MINILM_DIR" "one" "two" --json >/dev/null

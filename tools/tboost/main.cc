@@ -1,17 +1,43 @@
 // The tboost command line: subcommands over the library. Errors become a message on stderr
 // and a non-zero exit code, never a crash.
+#include <limits.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <regex>
+#include <string>
 
 #include "bench/bench.h"
+#include "tboost/graph/onnx.h"
 #include "tboost/tboost.h"
 #include "tools/tboost/model_bench.h"
 #include "tools/tboost/optimize_cmd.h"
 #include "tools/tboost/text_cmds.h"
 
+namespace {
+
+// `tboost` is built without ONNX import (its protobuf runtime breaks libsentencepiece's, see
+// src/CMakeLists.txt); `optimize` runs in the sibling binary tboost-onnx, which has it. When
+// the sibling is missing, this binary goes on: --layer works, a model file is a clear error.
+void run_optimize_in_onnx_binary(char** argv) {
+  if (tboost::graph::onnx_import_available()) return;
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  std::string path(self);
+  path = path.substr(0, path.rfind('/') + 1) + "tboost-onnx";
+  if (access(path.c_str(), X_OK) != 0) return;
+  execv(path.c_str(), argv);  // returns only on failure
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "optimize") == 0) run_optimize_in_onnx_binary(argv);
   CLI::App app{"tboost: fused transformer operators (transformer-boost)"};
   app.require_subcommand(1);
 
@@ -130,6 +156,13 @@ int main(int argc, char** argv) {
   perplexity->add_option("--max-seq-length", pargs.max_seq_length, "Context limit (0 = model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
 
+  tboost::tools::TokenizeArgs targs;
+  auto* tokenize = app.add_subcommand("tokenize", "Token ids of texts, and the ids decoded back");
+  tokenize->add_option("-m,--model", targs.model, "Checkpoint directory or tokenizer file")
+      ->required();
+  tokenize->add_option("texts", targs.texts, "Texts")->required();
+  tokenize->add_flag("--no-special", targs.no_special, "Without BOS / [CLS] ... [SEP]");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*info) {
@@ -139,6 +172,8 @@ int main(int argc, char** argv) {
       return tboost::tools::run_generate(gargs);
     } else if (*embed) {
       return tboost::tools::run_embed(eargs);
+    } else if (*tokenize) {
+      return tboost::tools::run_tokenize(targs);
     } else if (*perplexity) {
       return tboost::tools::run_perplexity(pargs);
     } else if (*bench) {

@@ -1,6 +1,8 @@
 // generate / embed / perplexity on a checkpoint directory.
 #include "tools/tboost/text_cmds.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -103,6 +105,20 @@ int run_generate(const GenerateArgs& a) {
                static_cast<long long>(st.prompt_tokens), st.prefill_seconds, pps,
                static_cast<long long>(dec_tokens), st.decode_seconds, dps,
                m->config().model_type.c_str(), a.m.dtype.c_str(), m->context().num_threads());
+  return 0;
+}
+
+int run_tokenize(const TokenizeArgs& a) {
+  struct stat st {};
+  const bool is_dir = stat(a.model.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  auto tok = is_dir ? Tokenizer::from_dir(a.model) : Tokenizer::from_file(a.model);
+  for (const auto& t : a.texts) {
+    const auto ids = tok->encode(t, !a.no_special);
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
+    // ids, then the decoded text: a round trip anyone can compare with another tokenizer.
+    std::cout << line << "\n" << tok->decode(ids, true) << "\n";
+  }
   return 0;
 }
 

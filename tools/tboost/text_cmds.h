@@ -1,4 +1,4 @@
-// `tboost generate`, `tboost embed`, `tboost perplexity`: a real checkpoint end to end
+// `tboost generate`, `tboost embed`, `tboost perplexity`, `tboost tokenize`: a real checkpoint end to end
 // (tokenizer, model, sampling), see text_cmds.cc.
 #pragma once
 
@@ -43,5 +43,12 @@ struct PerplexityArgs {
   int64_t max_seq_length = 0;
 };
 int run_perplexity(const PerplexityArgs& a);
+
+struct TokenizeArgs {
+  std::string model;  // a checkpoint directory or a tokenizer file (.json, .model, .txt)
+  std::vector<std::string> texts;
+  bool no_special = false;  // without the tokens the post-processor adds (BOS, [CLS] ...)
+};
+int run_tokenize(const TokenizeArgs& a);
 
 }  // namespace tboost::tools
