@@ -31,6 +31,34 @@ using graph::TensorId;
 
 // ---- weights ---------------------------------------------------------------------------------
 
+// Weights the model makes itself (converted, transposed, random) are carved one after another
+// from large chunks: chunks of 4 MiB and more sit on 2 MiB pages (aligned_buffer), and decode
+// streams every weight once per token. Measured: llama-110m bf16 with one small-page buffer
+// per tensor decoded 84-88 tok/s against 98-103 from a checkpoint read into one buffer.
+class WeightArena {
+ public:
+  Tensor alloc(DType dt, const Shape& shape) {
+    const size_t bytes =
+        (static_cast<size_t>(TensorDesc::contiguous(dt, shape).numel()) * dtype_size(dt) + 63) /
+        64 * 64;
+    if (bytes > left_) {
+      const size_t chunk = std::max<size_t>(bytes, size_t{64} << 20);  // untouched tail: no RSS
+      chunks_.push_back(aligned_buffer(chunk));
+      cur_ = static_cast<char*>(chunks_.back().get());
+      left_ = chunk;
+    }
+    Tensor t = Tensor::view(cur_, dt, shape);
+    cur_ += bytes;
+    left_ -= bytes;
+    return t;
+  }
+
+ private:
+  std::vector<std::shared_ptr<void>> chunks_;
+  char* cur_ = nullptr;
+  size_t left_ = 0;
+};
+
 // Where weights come from: a checkpoint, or tensors made here (random init).
 struct Source {
   std::shared_ptr<SafeTensors> st;
@@ -53,6 +81,7 @@ struct Source {
 struct Loader {
   const Source& src;
   DType dtype;
+  WeightArena& arena;
   bool any_view = false;
   size_t bytes = 0;
   Tensor get(const std::string& name, const Shape& expect, bool transpose = false) {
@@ -81,10 +110,10 @@ struct Loader {
           for (int64_t k = k0; k < std::min(K, k0 + 64); ++k)
             for (int64_t r = r0; r < std::min(R, r0 + 64); ++r)
               dst[static_cast<size_t>(r * K + k)] = src[static_cast<size_t>(k * R + r)];
-      out = Tensor::empty(dtype, expect);
+      out = arena.alloc(dtype, expect);
       convert(out.data(), dtype, dst.data(), DType::kF32, t.numel());
     } else if (t.dtype() != dtype) {
-      out = Tensor::empty(dtype, expect);
+      out = arena.alloc(dtype, expect);
       convert(out.data(), dtype, t.data(), t.dtype(), t.numel());
     } else {
       out = t;
@@ -128,11 +157,12 @@ void fill_random(Tensor& t, uint64_t seed, float std, float mean = 0.0f) {
 }
 
 // The Hugging Face tensor names and shapes of a family, made with random values.
-std::map<std::string, Tensor> random_checkpoint(const ModelConfig& c, DType dt, uint64_t seed) {
+std::map<std::string, Tensor> random_checkpoint(const ModelConfig& c, DType dt, uint64_t seed,
+                                                WeightArena& arena) {
   std::map<std::string, Tensor> m;
   uint64_t k = seed * 1000;
   auto add = [&](const std::string& n, const Shape& s, float std, float mean = 0.0f) {
-    Tensor t = Tensor::empty(dt, s);
+    Tensor t = arena.alloc(dt, s);
     fill_random(t, ++k, std, mean);
     m[n] = t;
   };
@@ -244,7 +274,7 @@ Weights load_weights(const ModelConfig& c, Source& src, DType dt, Loader& L) {
     // The output head is a top-level tensor (no "model." prefix); tied models may omit it.
     Source top = src;
     top.prefix = "";
-    Loader LT{top, dt};
+    Loader LT{top, dt, L.arena};
     if (!c.tie_embeddings && top.has("lm_head.weight")) {
       w.lm_head = LT.get("lm_head.weight", {V, C});
       L.any_view |= LT.any_view, L.bytes += LT.bytes;
@@ -526,6 +556,7 @@ struct OptimizedTransformer::Impl {
   ModelConfig cfg;
   DType dt = DType::kF32;
   std::unique_ptr<Context> ctx;
+  WeightArena arena;  // before src and W: their views point into it
   Source src;
   Weights W;
   size_t bytes = 0;
@@ -579,7 +610,7 @@ std::unique_ptr<OptimizedTransformer> OptimizedTransformer::from_pretrained(
   const ModelConfig cfg = ModelConfig::from_file((fs::path(dir) / "config.json").string());
   auto impl = make_impl(cfg, opt);
   impl->src.st = SafeTensors::open(dir, opt.load);
-  Loader L{impl->src, impl->dt};
+  Loader L{impl->src, impl->dt, impl->arena};
   impl->W = load_weights(impl->cfg, impl->src, impl->dt, L);
   impl->bytes = L.bytes;
   if (!L.any_view) impl->src.st.reset();  // every weight was converted: drop the file's memory
@@ -591,8 +622,8 @@ std::unique_ptr<OptimizedTransformer> OptimizedTransformer::from_config(const Mo
                                                                         uint64_t seed) {
   cfg.validate("model config");
   auto impl = make_impl(cfg, opt);
-  impl->src.made = random_checkpoint(cfg, impl->dt, seed);
-  Loader L{impl->src, impl->dt};
+  impl->src.made = random_checkpoint(cfg, impl->dt, seed, impl->arena);
+  Loader L{impl->src, impl->dt, impl->arena};
   impl->W = load_weights(impl->cfg, impl->src, impl->dt, L);
   impl->bytes = L.bytes;
   return std::unique_ptr<OptimizedTransformer>(new OptimizedTransformer(std::move(impl)));
