@@ -27,7 +27,7 @@ for r in runs:
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
-peers = ["tboost", "llama.cpp", "pytorch"]
+peers = ["tboost", "llama.cpp", "pytorch", "onnxruntime"]
 print("| model | dtype | peer | pp512 tok/s | tg128 tok/s | tg floor fraction | tboost/peer pp | tboost/peer tg |")
 print("|---|---|---|---|---|---|---|---|")
 rows = []
@@ -54,10 +54,10 @@ for k in sorted(by):
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
 labels = [f"{m}\n{d}" for (m, d) in sorted(by)]
 for ax, idx, title in ((axes[0], 2, "prefill pp512 (tokens/s)"), (axes[1], 3, "decode tg128 (tokens/s)")):
-    w = 0.27
+    w = 0.2
     for j, p in enumerate(peers):
         vals = [next((r[idx] for r in rows if r[0] == k and r[1] == p), 0) for k in sorted(by)]
-        ax.bar([i + (j - 1) * w for i in range(len(labels))], vals, w, label=p)
+        ax.bar([i + (j - 1.5) * w for i in range(len(labels))], vals, w, label=p)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_title(title)

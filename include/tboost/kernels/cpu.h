@@ -7,6 +7,8 @@
 #include <cstdint>
 
 #include "tboost/core/dtype.h"
+#include "tboost/ops/activation.h"
+#include "tboost/ops/rope.h"
 
 namespace tboost::kernels::cpu {
 
@@ -22,5 +24,48 @@ void rms_norm_prenorm_forward(float* y, float* sum, float* rstd, const float* x,
 // y = (x - mean) / std(x) * w + b; b, mean and rstd may be null.   (rows, cols)
 void layer_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
                         const float* b, float eps, int64_t rows, int64_t cols, int threads = 0);
+
+// ---- backward (training) ------------------------------------------------------------------
+// Input gradients (dx) are written; parameter gradients (dw, db, the embedding table's)
+// ACCUMULATE (+=) in f32, so micro-batches add up. Math in f32 for every storage type.
+// Results are bitwise the same for any thread count.
+
+// RmsNorm backward. x: what was normalized (PRENORM: the sum x + residual); rstd from the
+// forward; dsum (may be null): the gradient arriving at PRENORM's sum output, added to dx
+// (dx is then also the residual's gradient). dw may be null. dx may alias dy or dsum.
+//   dx, dy, x, dsum: (rows, cols)   w, dw: (cols)   rstd: (rows)
+void rms_norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                       const float* rstd, const float* dsum, int64_t rows, int64_t cols,
+                       int threads = 0);
+void rms_norm_backward(bf16_t* dx, float* dw, const bf16_t* dy, const bf16_t* x, const bf16_t* w,
+                       const float* rstd, const bf16_t* dsum, int64_t rows, int64_t cols,
+                       int threads = 0);
+// LayerNorm backward; as above, with mean from the forward and db (may be null).
+void layer_norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                         const float* w, const float* mean, const float* rstd, const float* dsum,
+                         int64_t rows, int64_t cols, int threads = 0);
+void layer_norm_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const bf16_t* x,
+                         const bf16_t* w, const float* mean, const float* rstd, const bf16_t* dsum,
+                         int64_t rows, int64_t cols, int threads = 0);
+// Activation backward. Plain types, y = act(x): dx = dy * act'(x), dx may alias dy; dx, dy, x:
+// (rows, F). Gated types (kSwiGlu, kGeGluErf, kGeGluTanh), y = act(gate) * up with x = [gate |
+// up] per row ([up | gate] when !gate_first): dx, x: (rows, 2F), dy: (rows, F).
+void activation_backward(float* dx, const float* dy, const float* x, ops::ActivationType type,
+                         int64_t rows, int64_t F, bool gate_first = true, int threads = 0);
+void activation_backward(bf16_t* dx, const bf16_t* dy, const bf16_t* x, ops::ActivationType type,
+                         int64_t rows, int64_t F, bool gate_first = true, int threads = 0);
+// Rope backward (BSND): dx = R(-angle) dy, the dims beyond rotary_dim pass through. p as in
+// the forward (its layout is ignored). dx may alias dy.
+//   dx, dy: (tokens, heads, head_dim)   positions: (tokens)
+void rope_backward(float* dx, const float* dy, const int32_t* positions, const ops::RopeParam& p,
+                   int64_t tokens, int64_t heads, int64_t head_dim, int threads = 0);
+void rope_backward(bf16_t* dx, const bf16_t* dy, const int32_t* positions, const ops::RopeParam& p,
+                   int64_t tokens, int64_t heads, int64_t head_dim, int threads = 0);
+// Embedding backward: dw[ids[t]] += dy[t]; every id must be in [0, vocab) (not checked).
+//   dw: (vocab, cols)   dy: (tokens, cols)   ids: (tokens)
+void embedding_backward(float* dw, const float* dy, const int32_t* ids, int64_t tokens,
+                        int64_t vocab, int64_t cols, int threads = 0);
+void embedding_backward(float* dw, const bf16_t* dy, const int32_t* ids, int64_t tokens,
+                        int64_t vocab, int64_t cols, int threads = 0);
 
 }  // namespace tboost::kernels::cpu

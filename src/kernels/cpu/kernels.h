@@ -63,6 +63,61 @@ struct NormArgs {
 };
 void norm_forward(const NormArgs& a);
 
+// Backward of norm_forward over contiguous rows (training keeps activations contiguous).
+// x is what was normalized (PRENORM: the sum x + residual). dx = dL/dx (+ dsum, the gradient
+// arriving at PRENORM's sum output: then dx is also the residual's gradient); dx may alias dy
+// or dsum. dw and db (LayerNorm) accumulate (+=, f32) and may be null; mean (LayerNorm) and
+// rstd are the forward's statistics. Thread-count independent bits (fixed row chunks).
+struct NormBackwardArgs {
+  void* dx = nullptr;          // (rows, cols), dtype
+  const void* dy = nullptr;    // (rows, cols), dtype
+  const void* x = nullptr;     // (rows, cols), dtype
+  const void* dsum = nullptr;  // (rows, cols), dtype, or null
+  const void* weight = nullptr;
+  float* dw = nullptr;
+  float* db = nullptr;
+  const float* mean = nullptr;  // (rows), LayerNorm
+  const float* rstd = nullptr;  // (rows)
+  DType dtype = DType::kF32;
+  DType wdtype = DType::kF32;
+  int64_t rows = 0, cols = 0;
+  bool rms = true;
+  bool plus_one = false;
+  int threads = 1;
+  bool ftz = true;
+};
+void norm_backward(const NormBackwardArgs& a);
+
+// Backward of activation_forward, contiguous rows. Plain types: dx (rows, F) = dy * act'(x), dx
+// may alias dy. Gated types (kSwiGlu, kGeGlu*: y = act(gate) * up, x and dx (rows, 2F), halves
+// as gate_first says): d gate = dy * up * act'(gate), d up = dy * act(gate).
+struct ActivationBackwardArgs {
+  void* dx = nullptr;
+  const void* dy = nullptr;  // (rows, F)
+  const void* x = nullptr;   // the forward input
+  DType dtype = DType::kF32;
+  ops::ActivationType type = ops::ActivationType::kSilu;
+  bool gate_first = true;
+  int64_t rows = 0, cols = 0;  // cols = F
+  int threads = 1;
+  bool ftz = true;
+};
+void activation_backward(const ActivationBackwardArgs& a);
+
+// Embedding backward: dw[ids[t]] += dy[t] (dw (vocab, cols) f32). ids are in [0, vocab)
+// (checked by the caller). Thread-count independent bits.
+struct EmbeddingBackwardArgs {
+  float* dw = nullptr;
+  const void* dy = nullptr;  // (tokens, cols), dtype
+  const void* ids = nullptr;
+  DType dtype = DType::kF32;
+  DType ids_dtype = DType::kI32;  // kI32 or kI64
+  int64_t tokens = 0, vocab = 0, cols = 0;
+  int threads = 1;
+  bool ftz = true;
+};
+void embedding_backward(const EmbeddingBackwardArgs& a);
+
 struct RopeArgs {
   void* y = nullptr;
   RowView y_rows;  // rows of D features
@@ -78,6 +133,9 @@ struct RopeArgs {
   int64_t head_dim = 0, rotary_dim = 0;
   double scaling = 1.0;
   const double* inv_freq = nullptr;  // rotary_dim/2 values theta^(-2i/r), made once by the op
+  // Rotate by -angle: the backward pass (dx = R(angle)^T dy = R(-angle) dy; the pass-through
+  // dims beyond rotary_dim copy dy).
+  bool inverse = false;
   int threads = 1;
   bool ftz = true;
 };

@@ -1,5 +1,7 @@
 // The public free-function kernels (include/tboost/kernels/cpu.h): thin wrappers that fill
 // the internal argument structs for contiguous data.
+#include <vector>
+
 #include "src/kernels/cpu/kernels.h"
 #include "tboost/core/context.h"
 #include "tboost/kernels/cpu.h"
@@ -20,6 +22,57 @@ void norm(T* y, T* sum, float* mean, float* rstd, const T* x, const T* res, cons
   a.wdtype = dtype_of<W>::value;
   a.eps = eps, a.rms = rms, a.threads = threads_or_all(threads);
   norm_forward(a);
+}
+
+template <class T, class W>
+void norm_bwd(T* dx, float* dw, float* db, const T* dy, const T* x, const W* w, const float* mean,
+              const float* rstd, const T* dsum, int64_t rows, int64_t cols, bool rms, int threads) {
+  NormBackwardArgs a;
+  a.dx = dx, a.dw = dw, a.db = db, a.dy = dy, a.x = x, a.weight = w, a.mean = mean;
+  a.rstd = rstd, a.dsum = dsum, a.rows = rows, a.cols = cols, a.rms = rms;
+  a.dtype = dtype_of<T>::value;
+  a.wdtype = dtype_of<W>::value;
+  a.threads = threads_or_all(threads);
+  kernels::norm_backward(a);
+}
+
+template <class T>
+void act_bwd(T* dx, const T* dy, const T* x, ops::ActivationType type, bool gate_first,
+             int64_t rows, int64_t F, int threads) {
+  ActivationBackwardArgs a;
+  a.dx = dx, a.dy = dy, a.x = x, a.type = type, a.gate_first = gate_first;
+  a.rows = rows, a.cols = F, a.dtype = dtype_of<T>::value, a.threads = threads_or_all(threads);
+  kernels::activation_backward(a);
+}
+
+template <class T>
+void rope_bwd(T* dx, const T* dy, const int32_t* positions, const ops::RopeParam& p, int64_t tokens,
+              int64_t heads, int64_t head_dim, int threads) {
+  const int64_t r = p.rotary_dim > 0 ? p.rotary_dim : head_dim;
+  const std::vector<double> inv = ops::rope_inv_freq(p, r);
+  RopeArgs a;
+  a.y = dx, a.x = dy;
+  a.y_rows = a.x_rows = RowView::contiguous(tokens * heads, head_dim);
+  a.positions = positions;
+  a.pos_rows = RowView::contiguous(tokens, 1);
+  a.pos_dtype = DType::kI32;
+  a.dtype = dtype_of<T>::value;
+  a.rotation = p.rotation;
+  a.layout = ops::QkvLayout::kBSND;
+  a.heads = heads, a.seq = 1, a.head_dim = head_dim, a.rotary_dim = r;
+  a.inv_freq = inv.data();
+  a.inverse = true;
+  a.threads = threads_or_all(threads);
+  kernels::rope_forward(a);
+}
+
+template <class T>
+void emb_bwd(float* dw, const T* dy, const int32_t* ids, int64_t tokens, int64_t vocab,
+             int64_t cols, int threads) {
+  EmbeddingBackwardArgs a;
+  a.dw = dw, a.dy = dy, a.ids = ids, a.dtype = dtype_of<T>::value, a.ids_dtype = DType::kI32;
+  a.tokens = tokens, a.vocab = vocab, a.cols = cols, a.threads = threads_or_all(threads);
+  kernels::embedding_backward(a);
 }
 }  // namespace
 
@@ -42,6 +95,51 @@ void rms_norm_prenorm_forward(float* y, float* sum, float* rstd, const float* x,
 void layer_norm_forward(float* y, float* mean, float* rstd, const float* x, const float* w,
                         const float* b, float eps, int64_t rows, int64_t cols, int threads) {
   norm<float, float>(y, nullptr, mean, rstd, x, nullptr, w, b, eps, rows, cols, false, threads);
+}
+
+void rms_norm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                       const float* rstd, const float* dsum, int64_t rows, int64_t cols,
+                       int threads) {
+  norm_bwd(dx, dw, nullptr, dy, x, w, nullptr, rstd, dsum, rows, cols, true, threads);
+}
+void rms_norm_backward(bf16_t* dx, float* dw, const bf16_t* dy, const bf16_t* x, const bf16_t* w,
+                       const float* rstd, const bf16_t* dsum, int64_t rows, int64_t cols,
+                       int threads) {
+  norm_bwd(dx, dw, nullptr, dy, x, w, nullptr, rstd, dsum, rows, cols, true, threads);
+}
+void layer_norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                         const float* w, const float* mean, const float* rstd, const float* dsum,
+                         int64_t rows, int64_t cols, int threads) {
+  norm_bwd(dx, dw, db, dy, x, w, mean, rstd, dsum, rows, cols, false, threads);
+}
+void layer_norm_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const bf16_t* x,
+                         const bf16_t* w, const float* mean, const float* rstd, const bf16_t* dsum,
+                         int64_t rows, int64_t cols, int threads) {
+  norm_bwd(dx, dw, db, dy, x, w, mean, rstd, dsum, rows, cols, false, threads);
+}
+void activation_backward(float* dx, const float* dy, const float* x, ops::ActivationType type,
+                         int64_t rows, int64_t F, bool gate_first, int threads) {
+  act_bwd(dx, dy, x, type, gate_first, rows, F, threads);
+}
+void activation_backward(bf16_t* dx, const bf16_t* dy, const bf16_t* x, ops::ActivationType type,
+                         int64_t rows, int64_t F, bool gate_first, int threads) {
+  act_bwd(dx, dy, x, type, gate_first, rows, F, threads);
+}
+void rope_backward(float* dx, const float* dy, const int32_t* positions, const ops::RopeParam& p,
+                   int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
+  rope_bwd(dx, dy, positions, p, tokens, heads, head_dim, threads);
+}
+void rope_backward(bf16_t* dx, const bf16_t* dy, const int32_t* positions, const ops::RopeParam& p,
+                   int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
+  rope_bwd(dx, dy, positions, p, tokens, heads, head_dim, threads);
+}
+void embedding_backward(float* dw, const float* dy, const int32_t* ids, int64_t tokens,
+                        int64_t vocab, int64_t cols, int threads) {
+  emb_bwd(dw, dy, ids, tokens, vocab, cols, threads);
+}
+void embedding_backward(float* dw, const bf16_t* dy, const int32_t* ids, int64_t tokens,
+                        int64_t vocab, int64_t cols, int threads) {
+  emb_bwd(dw, dy, ids, tokens, vocab, cols, threads);
 }
 
 }  // namespace tboost::kernels::cpu

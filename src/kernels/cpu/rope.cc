@@ -93,6 +93,7 @@ struct RopePlan {
   int64_t width = 0;      // floats per token of cos (and of sin) in the table
   int64_t tok_block = 1;  // tokens per block
   TableKind kind = TableKind::kHalf;
+  bool inverse = false;          // rotate by -angle (the backward pass: R(a)^T = R(-a))
   std::vector<double> inv_freq;  // half_pad entries, zero padded (angle 0: cos 1, sin 0)
 };
 
@@ -135,7 +136,8 @@ void SinCosTable(const RopePlan& plan, double p, float* cos_h, float* sin_h) {
     const auto c = hn::IfThenElse(odd, sr, cr);
     const auto s_neg = hn::Ge(q, two);
     const auto c_neg = hn::Or(hn::Eq(q, one), hn::Eq(q, two));
-    hn::StoreU(hn::DemoteTo(dfh, hn::IfThenElse(s_neg, hn::Neg(s), s)), dfh, sin_h + i);
+    const auto sv = hn::IfThenElse(s_neg, hn::Neg(s), s);
+    hn::StoreU(hn::DemoteTo(dfh, plan.inverse ? hn::Neg(sv) : sv), dfh, sin_h + i);
     hn::StoreU(hn::DemoteTo(dfh, hn::IfThenElse(c_neg, hn::Neg(c), c)), dfh, cos_h + i);
   }
 }
@@ -467,6 +469,7 @@ void RopeTyped(const RopeArgs& a) {
   }
 
   RopePlan plan;
+  plan.inverse = a.inverse;
   plan.half = r / 2;
   plan.half_pad = RoundUp(plan.half, 2 * Lf);
   const bool interleaved = a.rotation == ops::RopeRotation::kInterleaved;

@@ -48,6 +48,19 @@ Shape broadcast_shape(const Shape& a, const Shape& b);
 void norm(RefOut* y, RefOut* sum, Vec* mean, Vec* rstd, const Vec& x, const Vec* res, const Vec& w,
           const Vec* b, double eps, int64_t rows, int64_t cols, bool rms, bool plus_one);
 
+// Backward of norm (x: what was normalized; statistics recomputed in f64). dw, db may be null;
+// dsum (may be null) is added to dx. Gradients are totals over the rows (not accumulated).
+void norm_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Vec& x, const Vec& w,
+                   const Vec* dsum, double eps, int64_t rows, int64_t cols, bool rms,
+                   bool plus_one);
+// Backward of activation: plain types dx (rows, F) = dy act'(x); gated types x, dx (rows, 2F).
+void activation_backward(RefOut* dx, const Vec& dy, const Vec& x, int64_t rows, int64_t F,
+                         ops::ActivationType type, bool gate_first);
+// dw (vocab, cols) = sum over tokens t of dy[t] into row ids[t]. (Rope's backward is rope at
+// the negated positions: R(a)^T = R(-a).)
+void embedding_backward(RefOut* dw, const Vec& dy, const std::vector<int64_t>& ids, int64_t vocab,
+                        int64_t cols);
+
 // Rope over rows of head_dim; token_of_row[r] gives the position index of row r.
 void rope(RefOut* y, const Vec& x, const Vec& positions_of_row, int64_t rows, int64_t head_dim,
           int64_t rotary_dim, ops::RopeRotation rotation, double theta, double scaling);

@@ -1,0 +1,128 @@
+// Float64 references of the backward kernels (textbook derivatives; the tests check these
+// against central differences of the forward references). Each output's scale is the sum of
+// the magnitudes of the terms that produced it.
+#include <cmath>
+
+#include "src/kernels/ref/reference.h"
+
+namespace tboost::kernels::ref {
+
+void norm_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Vec& x, const Vec& w,
+                   const Vec* dsum, double eps, int64_t rows, int64_t cols, bool rms,
+                   bool plus_one) {
+  const auto n = static_cast<size_t>(rows * cols);
+  const auto C = static_cast<size_t>(cols);
+  dx->value.assign(n, 0.0);
+  dx->scale.assign(n, 0.0);
+  for (RefOut* p : {dw, db})
+    if (p) {
+      p->value.assign(C, 0.0);
+      p->scale.assign(C, 0.0);
+    }
+  Vec xh(C), g(C);
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t o = static_cast<size_t>(r) * C;
+    double mu = 0.0;
+    if (!rms) {
+      for (size_t c = 0; c < C; ++c) mu += x[o + c];
+      mu /= static_cast<double>(cols);
+    }
+    double var = 0.0;
+    for (size_t c = 0; c < C; ++c) var += (x[o + c] - mu) * (x[o + c] - mu);
+    const double rs = 1.0 / std::sqrt(var / static_cast<double>(cols) + eps);
+    double m1 = 0.0, m2 = 0.0, a1 = 0.0, a2 = 0.0;
+    for (size_t c = 0; c < C; ++c) {
+      xh[c] = (x[o + c] - mu) * rs;
+      g[c] = dy[o + c] * (w[c] + (plus_one ? 1.0 : 0.0));
+      m1 += g[c], a1 += std::abs(g[c]);
+      m2 += g[c] * xh[c], a2 += std::abs(g[c] * xh[c]);
+      if (dw) {
+        dw->value[c] += dy[o + c] * xh[c];
+        dw->scale[c] += std::abs(dy[o + c] * xh[c]);
+      }
+      if (db) {
+        db->value[c] += dy[o + c];
+        db->scale[c] += std::abs(dy[o + c]);
+      }
+    }
+    if (rms) m1 = a1 = 0.0;
+    m1 /= static_cast<double>(cols), a1 /= static_cast<double>(cols);
+    m2 /= static_cast<double>(cols), a2 /= static_cast<double>(cols);
+    for (size_t c = 0; c < C; ++c) {
+      const double ds = dsum ? (*dsum)[o + c] : 0.0;
+      dx->value[o + c] = rs * (g[c] - m1 - xh[c] * m2) + ds;
+      dx->scale[o + c] = rs * (std::abs(g[c]) + a1 + std::abs(xh[c]) * a2) + std::abs(ds);
+    }
+  }
+}
+
+namespace {
+// act(v) and act'(v).
+void act_grad(ops::ActivationType type, double v, double* a, double* da) {
+  switch (type) {
+    case ops::ActivationType::kRelu:
+      *a = v > 0 ? v : 0.0;
+      *da = v > 0 ? 1.0 : 0.0;
+      return;
+    case ops::ActivationType::kGeluErf:
+    case ops::ActivationType::kGeGluErf: {
+      const double cdf = 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
+      *a = v * cdf;
+      *da = cdf + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+      return;
+    }
+    case ops::ActivationType::kGeluTanh:
+    case ops::ActivationType::kGeGluTanh: {
+      const double k = std::sqrt(2.0 / M_PI);
+      const double t = std::tanh(k * (v + 0.044715 * v * v * v));
+      *a = 0.5 * v * (1.0 + t);
+      *da = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * v * v);
+      return;
+    }
+    default: {
+      const double s = 1.0 / (1.0 + std::exp(-v));
+      *a = v * s;
+      *da = s * (1.0 + v * (1.0 - s));
+      return;
+    }
+  }
+}
+}  // namespace
+
+void activation_backward(RefOut* dx, const Vec& dy, const Vec& x, int64_t rows, int64_t F,
+                         ops::ActivationType type, bool gate_first) {
+  const bool gated = ops::is_gated(type);
+  const int64_t xc = gated ? 2 * F : F;
+  dx->value.assign(static_cast<size_t>(rows * xc), 0.0);
+  dx->scale.assign(dx->value.size(), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < F; ++c) {
+      const auto gi = static_cast<size_t>(r * xc + (gated && !gate_first ? F : 0) + c);
+      const auto ui = static_cast<size_t>(r * xc + (gate_first ? F : 0) + c);
+      const double gy = dy[static_cast<size_t>(r * F + c)];
+      double a = 0, da = 0;
+      act_grad(type, x[gi], &a, &da);
+      const double u = gated ? x[ui] : 1.0;
+      dx->value[gi] = gy * u * da;
+      // act' is a sum of terms as large as |act'| + |v act''|-ish: bound it by |act'| + 1.
+      dx->scale[gi] = std::abs(gy * u) * (std::abs(da) + 1.0);
+      if (gated) {
+        dx->value[ui] = gy * a;
+        dx->scale[ui] = std::abs(gy) * (std::abs(a) + std::abs(x[gi]));
+      }
+    }
+}
+
+void embedding_backward(RefOut* dw, const Vec& dy, const std::vector<int64_t>& ids, int64_t vocab,
+                        int64_t cols) {
+  dw->value.assign(static_cast<size_t>(vocab * cols), 0.0);
+  dw->scale.assign(dw->value.size(), 0.0);
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t c = 0; c < cols; ++c) {
+      const auto i = static_cast<size_t>(ids[t] * cols + c);
+      dw->value[i] += dy[t * static_cast<size_t>(cols) + static_cast<size_t>(c)];
+      dw->scale[i] += std::abs(dy[t * static_cast<size_t>(cols) + static_cast<size_t>(c)]);
+    }
+}
+
+}  // namespace tboost::kernels::ref

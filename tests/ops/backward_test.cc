@@ -1,0 +1,405 @@
+// Backward kernels (norms, activations, rope, embedding): the float64 references against
+// central differences of the forward references, then the CPU kernels (f32, bf16) against the
+// references on odd sizes, with poisoned dx, accumulating parameter gradients, and bitwise
+// equal results for every thread count.
+#include <cmath>
+#include <cstring>
+
+#include "src/kernels/cpu/kernels.h"
+#include "tboost/kernels/cpu.h"
+#include "tests/ops/harness.h"
+
+namespace tboost::testing {
+namespace {
+
+namespace ref = kernels::ref;
+using ops::ActivationType;
+
+Vec random_vec(Rng& rng, size_t n, double lo = -1.0, double hi = 1.0) {
+  Vec v(n);
+  for (double& x : v) x = rng.nonzero(lo, hi);
+  return v;
+}
+// Values an f32 holds exactly (initial contents of accumulated f32 gradients).
+Vec random_f32_vec(Rng& rng, size_t n) {
+  Vec v = random_vec(rng, n);
+  for (double& x : v) x = static_cast<float>(x);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Central difference of f at v[i] (v restored afterwards).
+template <class F>
+double central(Vec& v, size_t i, F&& f) {
+  const double h = 1e-5 * std::max(1.0, std::abs(v[i])), keep = v[i];
+  v[i] = keep + h;
+  const double up = f();
+  v[i] = keep - h;
+  const double dn = f();
+  v[i] = keep;
+  return (up - dn) / (2 * h);
+}
+
+void expect_grad(const Vec& analytic, const std::vector<double>& numeric, const std::string& what) {
+  ASSERT_EQ(analytic.size(), numeric.size());
+  for (size_t i = 0; i < analytic.size(); ++i)
+    EXPECT_NEAR(analytic[i], numeric[i], 1e-6 * (1.0 + std::abs(numeric[i])))
+        << what << " element " << i;
+}
+
+// ---- the references against central differences --------------------------------------------
+
+TEST(BackwardReference, NormMatchesCentralDifferences) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t R = 3, C = 7;
+  for (bool rms : {true, false})
+    for (bool plus_one : {false, true})
+      for (bool prenorm : {false, true}) {
+        Vec x = random_vec(rng, R * C, -1, 3), res = random_vec(rng, R * C),
+            w = random_vec(rng, C, 0.5, 1.5), b = random_vec(rng, C), dy = random_vec(rng, R * C),
+            dsum = random_vec(rng, R * C);
+        const double eps = 1e-5;
+        // loss = sum(dy * y) (+ sum(dsum * (x + res)) with PRENORM)
+        auto loss = [&] {
+          RefOut y, s;
+          ref::norm(&y, prenorm ? &s : nullptr, nullptr, nullptr, x, prenorm ? &res : nullptr, w,
+                    rms ? nullptr : &b, eps, R, C, rms, plus_one);
+          return dot(dy, y.value) + (prenorm ? dot(dsum, s.value) : 0.0);
+        };
+        Vec s = x;
+        if (prenorm)
+          for (size_t i = 0; i < s.size(); ++i) s[i] += res[i];
+        RefOut dx, dw, db;
+        ref::norm_backward(&dx, &dw, rms ? nullptr : &db, dy, s, w, prenorm ? &dsum : nullptr, eps,
+                           R, C, rms, plus_one);
+        std::vector<double> nx, nw, nb, nr;
+        for (size_t i = 0; i < x.size(); ++i) nx.push_back(central(x, i, loss));
+        for (size_t i = 0; i < w.size(); ++i) nw.push_back(central(w, i, loss));
+        const std::string tag = std::string(rms ? "rms" : "ln") + (prenorm ? " prenorm" : "") +
+                                (plus_one ? " plus_one" : "");
+        expect_grad(dx.value, nx, tag + " dx");
+        expect_grad(dw.value, nw, tag + " dw");
+        if (prenorm) {
+          for (size_t i = 0; i < res.size(); ++i) nr.push_back(central(res, i, loss));
+          expect_grad(dx.value, nr, tag + " dresidual");
+        }
+        if (!rms) {
+          for (size_t i = 0; i < b.size(); ++i) nb.push_back(central(b, i, loss));
+          expect_grad(db.value, nb, tag + " db");
+        }
+      }
+}
+
+TEST(BackwardReference, ActivationsMatchCentralDifferences) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t R = 2, F = 9;
+  for (ActivationType t :
+       {ActivationType::kSilu, ActivationType::kGeluErf, ActivationType::kGeluTanh,
+        ActivationType::kRelu, ActivationType::kSwiGlu, ActivationType::kGeGluErf,
+        ActivationType::kGeGluTanh})
+    for (bool gate_first : {true, false}) {
+      const bool gated = ops::is_gated(t);
+      if (!gated && !gate_first) continue;
+      Vec x = random_vec(rng, static_cast<size_t>(R * F * (gated ? 2 : 1)), -3, 3);
+      const Vec dy = random_vec(rng, R * F);
+      auto loss = [&] {
+        RefOut y;
+        ref::activation(&y, x, R, F, t, gate_first);
+        return dot(dy, y.value);
+      };
+      RefOut dx;
+      ref::activation_backward(&dx, dy, x, R, F, t, gate_first);
+      std::vector<double> nx;
+      for (size_t i = 0; i < x.size(); ++i) nx.push_back(central(x, i, loss));
+      expect_grad(dx.value, nx,
+                  std::string(ops::activation_type_name(t)) + (gate_first ? "" : " up first"));
+    }
+}
+
+TEST(BackwardReference, RopeIsRopeAtNegatedPositions) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t rows = 4, D = 10;
+  for (auto rot : {ops::RopeRotation::kRotateHalf, ops::RopeRotation::kInterleaved})
+    for (int64_t rd : {int64_t{0}, int64_t{6}}) {
+      Vec x = random_vec(rng, rows * D), dy = random_vec(rng, rows * D), pos(rows), neg(rows);
+      for (int64_t r = 0; r < rows; ++r) pos[r] = 3.0 + 17.0 * r, neg[r] = -pos[r];
+      auto loss = [&] {
+        RefOut y;
+        ref::rope(&y, x, pos, rows, D, rd, rot, 10000.0, 1.0);
+        return dot(dy, y.value);
+      };
+      RefOut dx;
+      ref::rope(&dx, dy, neg, rows, D, rd, rot, 10000.0, 1.0);
+      std::vector<double> nx;
+      for (size_t i = 0; i < x.size(); ++i) nx.push_back(central(x, i, loss));
+      expect_grad(dx.value, nx, "rope");
+    }
+}
+
+TEST(BackwardReference, EmbeddingMatchesCentralDifferences) {
+  Rng rng;
+  const int64_t V = 5, C = 3;
+  const std::vector<int64_t> ids = {4, 0, 4, 2, 4};
+  Vec table = random_vec(rng, V * C);
+  const Vec dy = random_vec(rng, ids.size() * C);
+  auto loss = [&] {
+    double s = 0;
+    for (size_t t = 0; t < ids.size(); ++t)
+      for (int64_t c = 0; c < C; ++c) s += dy[t * C + c] * table[ids[t] * C + c];
+    return s;
+  };
+  RefOut dw;
+  ref::embedding_backward(&dw, dy, ids, V, C);
+  std::vector<double> nw;
+  for (size_t i = 0; i < table.size(); ++i) nw.push_back(central(table, i, loss));
+  expect_grad(dw.value, nw, "embedding");
+}
+
+// ---- the kernels against the references -----------------------------------------------------
+
+// Every element within tol * scale (+ a denormal-sized floor) and normwise within tol.
+void expect_matches(const Vec& got, const RefOut& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.value.size()) << what;
+  double num = 0, den = 0;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::abs(got[i] - want.value[i]);
+    num += e * e, den += want.value[i] * want.value[i];
+    if (!(e <= tol * want.scale[i] + 1e-30) && bad++ < 5)
+      ADD_FAILURE() << what << " element " << i << ": got " << got[i] << " want " << want.value[i]
+                    << " (scale " << want.scale[i] << ", tol " << tol << ")";
+  }
+  EXPECT_LE(std::sqrt(num), tol * std::sqrt(den) + 1e-30) << what << " normwise";
+}
+
+Vec sub(const Vec& a, const Vec& b) {
+  Vec r(a.size());
+  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] - b[i];
+  return r;
+}
+
+Tensor poisoned(DType dt, const Shape& s) {
+  return poisoned_output(TensorDesc::contiguous(dt, s), false).view;
+}
+
+struct NormBwdCase {
+  bool rms;
+  DType dt;
+  int64_t rows, cols;
+  bool dsum, plus_one;
+};
+
+class NormBackwardKernel : public ::testing::TestWithParam<NormBwdCase> {};
+
+TEST_P(NormBackwardKernel, MatchesReferenceAndIsThreadIndependent) {
+  const NormBwdCase c = GetParam();
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t R = c.rows, C = c.cols;
+  const double eps = 1e-5;
+  auto t = [&](const Shape& s, double lo, double hi) {
+    return random_tensor(rng, c.dt, s, false, lo, hi).view;
+  };
+  const Tensor x = t({R, C}, -1, 3), dy = t({R, C}, -1, 1), ds = t({R, C}, -1, 1);
+  const Tensor w = t({C}, 0.5, 1.5);
+  const Vec xv = to_f64(x), wv = to_f64(w), dyv = to_f64(dy), dsv = to_f64(ds);
+  // Forward statistics as the forward would save them (f32).
+  std::vector<float> mean(static_cast<size_t>(R)), rstd(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    double mu = 0, var = 0;
+    for (int64_t k = 0; k < C; ++k) mu += c.rms ? 0.0 : xv[r * C + k] / static_cast<double>(C);
+    for (int64_t k = 0; k < C; ++k) var += (xv[r * C + k] - mu) * (xv[r * C + k] - mu);
+    mean[r] = static_cast<float>(mu);
+    rstd[r] = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(C) + eps));
+  }
+  RefOut rdx, rdw, rdb;
+  ref::norm_backward(&rdx, &rdw, c.rms ? nullptr : &rdb, dyv, xv, wv, c.dsum ? &dsv : nullptr, eps,
+                     R, C, c.rms, c.plus_one);
+  const Vec dw0 = random_f32_vec(rng, C), db0 = random_f32_vec(rng, C);  // gradients accumulate
+  std::vector<std::vector<float>> dws, dbs;
+  for (int threads : {1, 2, 3}) {
+    Tensor dx = poisoned(c.dt, {R, C});
+    std::vector<float> dw(dw0.begin(), dw0.end()), db(db0.begin(), db0.end());
+    kernels::NormBackwardArgs a;
+    a.dx = dx.data(), a.dy = dy.data(), a.x = x.data(), a.dsum = c.dsum ? ds.data() : nullptr;
+    a.weight = w.data(), a.dw = dw.data(), a.db = c.rms ? nullptr : db.data();
+    a.mean = mean.data(), a.rstd = rstd.data(), a.dtype = c.dt, a.wdtype = c.dt;
+    a.rows = R, a.cols = C, a.rms = c.rms, a.plus_one = c.plus_one, a.threads = threads;
+    kernels::norm_backward(a);
+    const double tol = tolerance(c.dt, C);
+    expect_matches(to_f64(dx), rdx, tol, "dx t" + std::to_string(threads));
+    const Vec fw(dw.begin(), dw.end()), fb(db.begin(), db.end());
+    // f32 accumulation over rows: the f32 tolerance (inputs are exactly the stored values).
+    expect_matches(sub(fw, Vec(dw0.begin(), dw0.end())), rdw, tolerance(DType::kF32, R), "dw");
+    if (!c.rms)
+      expect_matches(sub(fb, Vec(db0.begin(), db0.end())), rdb, tolerance(DType::kF32, R), "db");
+    dws.push_back(dw), dbs.push_back(db);
+  }
+  for (size_t k = 1; k < dws.size(); ++k) {
+    EXPECT_EQ(0, std::memcmp(dws[0].data(), dws[k].data(), dws[0].size() * 4)) << "dw bits";
+    EXPECT_EQ(0, std::memcmp(dbs[0].data(), dbs[k].data(), dbs[0].size() * 4)) << "db bits";
+  }
+}
+
+std::vector<NormBwdCase> norm_cases() {
+  std::vector<NormBwdCase> v;
+  for (bool rms : {true, false})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      // (1 x 1 only for RmsNorm: LayerNorm of one element is the constant b, of two elements
+      // the constants b +- w, so its dx is pure cancellation.)
+      for (auto [r, c] :
+           {std::pair<int64_t, int64_t>{1, rms ? 1 : 3}, {3, 7}, {33, 64}, {70, 129}, {200, 770}})
+        v.push_back({rms, dt, r, c, (r + c) % 2 == 0, c == 64});
+  v.push_back({true, DType::kF32, 5, 2304, true, false});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, NormBackwardKernel, ::testing::ValuesIn(norm_cases()),
+                         [](const auto& info) {
+                           const NormBwdCase& c = info.param;
+                           return std::string(c.rms ? "rms" : "ln") + "_" + dtype_name(c.dt) + "_" +
+                                  std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+                                  (c.dsum ? "_dsum" : "") + (c.plus_one ? "_plus1" : "");
+                         });
+
+TEST(ActivationBackwardKernel, MatchesReference) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (ActivationType t :
+         {ActivationType::kSilu, ActivationType::kGeluErf, ActivationType::kGeluTanh,
+          ActivationType::kRelu, ActivationType::kSwiGlu, ActivationType::kGeGluErf,
+          ActivationType::kGeGluTanh})
+      for (bool gate_first : {true, false})
+        for (auto [R, F] : {std::pair<int64_t, int64_t>{1, 1}, {3, 13}, {17, 200}}) {
+          if (!ops::is_gated(t) && !gate_first) continue;
+          const int64_t xc = ops::is_gated(t) ? 2 * F : F;
+          const Tensor x = random_tensor(rng, dt, {R, xc}, false, -4, 4).view;
+          const Tensor dy = random_tensor(rng, dt, {R, F}, false).view;
+          RefOut want;
+          ref::activation_backward(&want, to_f64(dy), to_f64(x), R, F, t, gate_first);
+          Tensor dx = poisoned(dt, {R, xc});
+          kernels::ActivationBackwardArgs a;
+          a.dx = dx.data(), a.dy = dy.data(), a.x = x.data(), a.dtype = dt, a.type = t;
+          a.gate_first = gate_first, a.rows = R, a.cols = F, a.threads = 2;
+          kernels::activation_backward(a);
+          expect_matches(to_f64(dx), want, tolerance(dt),
+                         std::string(ops::activation_type_name(t)) +
+                             (gate_first ? "" : " up first ") + dtype_name(dt) + " " +
+                             std::to_string(R) + "x" + std::to_string(F));
+        }
+}
+
+TEST(ActivationBackwardKernel, PublicFunctionSwiGluUpFirst) {
+  Rng rng;
+  const int64_t R = 4, F = 11;
+  const Tensor x = random_tensor(rng, DType::kF32, {R, 2 * F}, false, -3, 3).view;
+  const Tensor dy = random_tensor(rng, DType::kF32, {R, F}, false).view;
+  RefOut want;
+  ref::activation_backward(&want, to_f64(dy), to_f64(x), R, F, ActivationType::kSwiGlu, false);
+  Tensor dx = poisoned(DType::kF32, {R, 2 * F});
+  kernels::cpu::activation_backward(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
+                                    ActivationType::kSwiGlu, R, F, /*gate_first=*/false);
+  expect_matches(to_f64(dx), want, tolerance(DType::kF32), "swiglu");
+}
+
+TEST(RopeBackwardKernel, MatchesReferenceAndInvertsTheForward) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (auto rot : {ops::RopeRotation::kRotateHalf, ops::RopeRotation::kInterleaved})
+      for (int64_t rd : {int64_t{0}, int64_t{32}}) {
+        const int64_t T = 9, H = 3, D = 64;
+        const Tensor dy = random_tensor(rng, dt, {T, H, D}, false).view;
+        std::vector<int32_t> pos(T);
+        Vec negpos(static_cast<size_t>(T * H));
+        for (int64_t i = 0; i < T; ++i) {
+          pos[i] = static_cast<int32_t>(rng.integer(0, 5000));
+          for (int64_t h = 0; h < H; ++h) negpos[i * H + h] = -pos[i];
+        }
+        ops::RopeParam p;
+        p.rotation = rot, p.rotary_dim = rd, p.theta = 10000.0f;
+        Tensor dx = poisoned(dt, {T, H, D});
+        if (dt == DType::kF32)
+          kernels::cpu::rope_backward(dx.data_as<float>(), dy.data_as<float>(), pos.data(), p, T, H,
+                                      D);
+        else
+          kernels::cpu::rope_backward(dx.data_as<bf16_t>(), dy.data_as<bf16_t>(), pos.data(), p, T,
+                                      H, D);
+        RefOut want;
+        ref::rope(&want, to_f64(dy), negpos, T * H, D, rd, rot, 10000.0, 1.0);
+        expect_matches(to_f64(dx), want, tolerance(dt), "rope backward");
+        if (dt == DType::kF32) {
+          // Forward of the backward's output gives dy back (R(a) R(-a) = I).
+          RefOut back;
+          Vec ppos(negpos.size());
+          for (size_t i = 0; i < ppos.size(); ++i) ppos[i] = -negpos[i];
+          ref::rope(&back, to_f64(dx), ppos, T * H, D, rd, rot, 10000.0, 1.0);
+          const Vec dyv = to_f64(dy);
+          for (size_t i = 0; i < dyv.size(); ++i) EXPECT_NEAR(back.value[i], dyv[i], 1e-5);
+        }
+      }
+}
+
+TEST(EmbeddingBackwardKernel, AccumulatesRepeatedIdsThreadIndependently) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const int64_t V = 37, C = 19, T = 101;
+    std::vector<int32_t> ids(T);
+    std::vector<int64_t> ids64(T);
+    for (int64_t t = 0; t < T; ++t) ids64[t] = ids[t] = static_cast<int32_t>(rng.integer(0, 9));
+    ids[T - 1] = static_cast<int32_t>(V - 1), ids64[T - 1] = V - 1;
+    const Tensor dy = random_tensor(rng, dt, {T, C}, false).view;
+    RefOut want;
+    ref::embedding_backward(&want, to_f64(dy), ids64, V, C);
+    const Vec w0 = random_f32_vec(rng, V * C);
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> dw(w0.begin(), w0.end());
+      if (dt == DType::kF32)
+        kernels::cpu::embedding_backward(dw.data(), dy.data_as<float>(), ids.data(), T, V, C,
+                                         threads);
+      else
+        kernels::cpu::embedding_backward(dw.data(), dy.data_as<bf16_t>(), ids.data(), T, V, C,
+                                         threads);
+      expect_matches(sub(Vec(dw.begin(), dw.end()), w0), want, tolerance(DType::kF32, T),
+                     "embedding dw");
+      outs.push_back(dw);
+    }
+    for (size_t k = 1; k < outs.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[k].data(), outs[0].size() * 4));
+  }
+}
+
+TEST(NormBackwardKernel, PublicFunctionsMatchReference) {
+  Rng rng;
+  const int64_t R = 6, C = 45;
+  const Tensor x = random_tensor(rng, DType::kF32, {R, C}, false, -1, 2).view;
+  const Tensor dy = random_tensor(rng, DType::kF32, {R, C}, false).view;
+  const Tensor w = random_tensor(rng, DType::kF32, {C}, false, 0.5, 1.5).view;
+  Tensor y = Tensor::empty(DType::kF32, {R, C}), dx = Tensor::empty(DType::kF32, {R, C});
+  std::vector<float> mean(R), rstd(R), dw(C, 0.0f), db(C, 0.0f);
+  kernels::cpu::layer_norm_forward(y.data_as<float>(), mean.data(), rstd.data(), x.data_as<float>(),
+                                   w.data_as<float>(), nullptr, 1e-5f, R, C);
+  kernels::cpu::layer_norm_backward(dx.data_as<float>(), dw.data(), db.data(), dy.data_as<float>(),
+                                    x.data_as<float>(), w.data_as<float>(), mean.data(),
+                                    rstd.data(), nullptr, R, C);
+  RefOut rdx, rdw, rdb;
+  ref::norm_backward(&rdx, &rdw, &rdb, to_f64(dy), to_f64(x), to_f64(w), nullptr, 1e-5, R, C, false,
+                     false);
+  expect_matches(to_f64(dx), rdx, tolerance(DType::kF32, C), "ln dx");
+  expect_matches(Vec(dw.begin(), dw.end()), rdw, tolerance(DType::kF32, R), "ln dw");
+  expect_matches(Vec(db.begin(), db.end()), rdb, tolerance(DType::kF32, R), "ln db");
+}
+
+}  // namespace
+}  // namespace tboost::testing
