@@ -4,6 +4,7 @@
 // equal results for every thread count.
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "src/kernels/cpu/kernels.h"
 #include "tboost/kernels/cpu.h"
@@ -121,6 +122,28 @@ TEST(BackwardReference, ActivationsMatchCentralDifferences) {
       expect_grad(dx.value, nx,
                   std::string(ops::activation_type_name(t)) + (gate_first ? "" : " up first"));
     }
+}
+
+TEST(BackwardReference, LinearMatchesCentralDifferences) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t M = 3, K = 4, N = 5;
+  Vec x = random_vec(rng, M * K), w = random_vec(rng, N * K), b = random_vec(rng, N);
+  const Vec dy = random_vec(rng, M * N);
+  auto loss = [&] {
+    RefOut y;
+    ref::linear(&y, x, w, b, {}, M, K, N, ops::Activation::kNone);
+    return dot(dy, y.value);
+  };
+  RefOut dx, dw, db;
+  ref::linear_backward(&dx, &dw, &db, dy, x, w, M, K, N);
+  std::vector<double> nx, nw, nb;
+  for (size_t i = 0; i < x.size(); ++i) nx.push_back(central(x, i, loss));
+  for (size_t i = 0; i < w.size(); ++i) nw.push_back(central(w, i, loss));
+  for (size_t i = 0; i < b.size(); ++i) nb.push_back(central(b, i, loss));
+  expect_grad(dx.value, nx, "linear dx");
+  expect_grad(dw.value, nw, "linear dw");
+  expect_grad(db.value, nb, "linear db");
 }
 
 TEST(BackwardReference, RopeIsRopeAtNegatedPositions) {
@@ -378,6 +401,60 @@ TEST(EmbeddingBackwardKernel, AccumulatesRepeatedIdsThreadIndependently) {
     for (size_t k = 1; k < outs.size(); ++k)
       EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[k].data(), outs[0].size() * 4));
   }
+}
+
+TEST(LinearBackwardKernel, MatchesReferenceAndAccumulates) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                           {7, 5, 3},
+                           {33, 64, 17},
+                           {130, 129, 100}}) {
+      const Tensor x = random_tensor(rng, dt, {M, K}, false).view;
+      const Tensor w = random_tensor(rng, dt, {N, K}, false).view;
+      const Tensor dy = random_tensor(rng, dt, {M, N}, false).view;
+      RefOut rdx, rdw, rdb;
+      ref::linear_backward(&rdx, &rdw, &rdb, to_f64(dy), to_f64(x), to_f64(w), M, K, N);
+      const Vec dw0 = random_f32_vec(rng, N * K), db0 = random_f32_vec(rng, N);
+      std::vector<std::vector<float>> dbs;
+      for (int threads : {1, 2}) {
+        Tensor dx = poisoned(dt, {M, K});
+        std::vector<float> dw(dw0.begin(), dw0.end()), db(db0.begin(), db0.end());
+        if (dt == DType::kF32)
+          kernels::cpu::linear_backward(dx.data_as<float>(), dw.data(), db.data(),
+                                        dy.data_as<float>(), x.data_as<float>(), w.data_as<float>(),
+                                        M, K, N, threads);
+        else
+          kernels::cpu::linear_backward(dx.data_as<bf16_t>(), dw.data(), db.data(),
+                                        dy.data_as<bf16_t>(), x.data_as<bf16_t>(),
+                                        w.data_as<bf16_t>(), M, K, N, threads);
+        const std::string tag = std::string(dtype_name(dt)) + " " + std::to_string(M) + "x" +
+                                std::to_string(K) + "x" + std::to_string(N);
+        expect_matches(to_f64(dx), rdx, tolerance(dt, N), tag + " dx");
+        expect_matches(sub(Vec(dw.begin(), dw.end()), dw0), rdw, tolerance(DType::kF32, M),
+                       tag + " dw");
+        expect_matches(sub(Vec(db.begin(), db.end()), db0), rdb, tolerance(DType::kF32, M),
+                       tag + " db");
+        dbs.push_back(db);
+      }
+      EXPECT_EQ(0, std::memcmp(dbs[0].data(), dbs[1].data(), dbs[0].size() * 4)) << "db bits";
+    }
+}
+
+TEST(LinearBackwardKernel, NullOutputsAreSkipped) {
+  Rng rng;
+  const int64_t M = 4, K = 6, N = 5;
+  const Tensor x = random_tensor(rng, DType::kF32, {M, K}, false).view;
+  const Tensor w = random_tensor(rng, DType::kF32, {N, K}, false).view;
+  const Tensor dy = random_tensor(rng, DType::kF32, {M, N}, false).view;
+  RefOut rdx, rdw, rdb;
+  ref::linear_backward(&rdx, &rdw, &rdb, to_f64(dy), to_f64(x), to_f64(w), M, K, N);
+  std::vector<float> dw(N * K, 0.0f);
+  kernels::cpu::linear_backward(static_cast<float*>(nullptr), dw.data(), nullptr,
+                                dy.data_as<float>(), x.data_as<float>(), w.data_as<float>(), M, K,
+                                N);
+  expect_matches(Vec(dw.begin(), dw.end()), rdw, tolerance(DType::kF32, M), "dw only");
 }
 
 TEST(NormBackwardKernel, PublicFunctionsMatchReference) {

@@ -61,6 +61,16 @@ void rope_backward(float* dx, const float* dy, const int32_t* positions, const o
                    int64_t tokens, int64_t heads, int64_t head_dim, int threads = 0);
 void rope_backward(bf16_t* dx, const bf16_t* dy, const int32_t* positions, const ops::RopeParam& p,
                    int64_t tokens, int64_t heads, int64_t head_dim, int threads = 0);
+// Linear backward for y = x · Wᵀ (+ b), W (N, K) as stored (the Hugging Face layout):
+//   dx (M, K) = dy · W (written), dW (N, K) += dyᵀ · x, db (N) += sum over rows of dy.
+// Any of dx, dw, db may be null. Two oneDNN matmuls (bf16 operands widened to f32 where oneDNN
+// has no bf16 matmul, as on AVX2); db is our own chunked sum. dW's bits may depend on the thread
+// count (oneDNN's GEMM may split the M reduction among threads); db's do not.
+//   x: (M, K)   dy: (M, N)   w, dw: (N, K)   db: (N)
+void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                     const float* w, int64_t M, int64_t K, int64_t N, int threads = 0);
+void linear_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const bf16_t* x,
+                     const bf16_t* w, int64_t M, int64_t K, int64_t N, int threads = 0);
 // Embedding backward: dw[ids[t]] += dy[t]; every id must be in [0, vocab) (not checked).
 //   dw: (vocab, cols)   dy: (tokens, cols)   ids: (tokens)
 void embedding_backward(float* dw, const float* dy, const int32_t* ids, int64_t tokens,

@@ -1,5 +1,5 @@
 // Backward kernels of the row-wise ops, for training: RmsNorm / LayerNorm (PRENORM's sum
-// gradient added in), activations (plain and gated), embedding.
+// gradient added in), activations (plain and gated), embedding, column sums (bias gradients).
 //
 // Input gradients (dx) are written; parameter gradients (dw, db, the embedding table's)
 // accumulate with += in f32, so micro-batches add up without a separate pass. Math in f32
@@ -27,6 +27,55 @@ HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
 
 constexpr int64_t kChunk = 32;  // rows per partial sum of dw / db
+
+// out (C) += the chunk partials p (chunks, C) added in chunk order; columns split among
+// threads.
+void AddChunks(float* out, const float* p, int64_t chunks, int64_t C, int threads, bool ftz) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  parallel_for(threads, (C + L - 1) / L, 64, ftz, [&](int64_t v0, int64_t v1) {
+    for (int64_t i = v0 * L; i < std::min(C, v1 * L); i += L) {
+      const int64_t n = std::min(L, C - i);
+      auto acc = hn::Zero(d);
+      for (int64_t c = 0; c < chunks; ++c) acc = hn::Add(acc, LoadN(d, p + c * C + i, n));
+      StoreN(d, hn::Add(LoadN(d, out + i, n), acc), out + i, n);
+    }
+  });
+}
+
+template <class T>
+void ColumnSumTyped(float* out, const T* x, int64_t rows, int64_t C, int threads, bool ftz) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t chunks = (rows + kChunk - 1) / kChunk;
+  std::vector<float> part(static_cast<size_t>(chunks * C));
+  parallel_for(threads, chunks, 1, ftz, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float* pc = part.data() + c * C;
+      for (int64_t i = 0; i < C; i += L) {
+        const int64_t n = std::min(L, C - i);
+        auto acc = hn::Zero(d);
+        for (int64_t r = c * kChunk; r < std::min(rows, (c + 1) * kChunk); ++r)
+          acc = hn::Add(acc, LoadN(d, x + r * C + i, n));
+        StoreN(d, acc, pc + i, n);
+      }
+    }
+  });
+  AddChunks(out, part.data(), chunks, C, threads, ftz);
+}
+
+void ColumnSumAccumulate(float* out, const void* x, DType dtype, int64_t rows, int64_t cols,
+                         int threads, bool ftz) {
+  if (rows <= 0 || cols <= 0) return;
+  switch (dtype) {
+    case DType::kBF16:
+      return ColumnSumTyped(out, static_cast<const bf16_t*>(x), rows, cols, threads, ftz);
+    case DType::kF16:
+      return ColumnSumTyped(out, static_cast<const f16_t*>(x), rows, cols, threads, ftz);
+    default:
+      return ColumnSumTyped(out, static_cast<const float*>(x), rows, cols, threads, ftz);
+  }
+}
 
 // ---- norms -------------------------------------------------------------------------------
 
@@ -84,19 +133,8 @@ void NormBackwardTyped(const NormBackwardArgs& a) {
       }
     }
   });
-  // Partials added in chunk order, columns split among threads.
-  auto reduce = [&](float* out, const float* p) {
-    parallel_for(a.threads, (C + L - 1) / L, 64, a.ftz, [&](int64_t v0, int64_t v1) {
-      for (int64_t i = v0 * L; i < std::min(C, v1 * L); i += L) {
-        const int64_t n = std::min(L, C - i);
-        auto acc = hn::Zero(d);
-        for (int64_t c = 0; c < chunks; ++c) acc = hn::Add(acc, LoadN(d, p + c * C + i, n));
-        StoreN(d, hn::Add(LoadN(d, out + i, n), acc), out + i, n);
-      }
-    });
-  };
-  if (want_w) reduce(a.dw, pw);
-  if (want_b) reduce(a.db, pb);
+  if (want_w) AddChunks(a.dw, pw, chunks, C, a.threads, a.ftz);
+  if (want_b) AddChunks(a.db, pb, chunks, C, a.threads, a.ftz);
 }
 
 template <class T>
@@ -274,12 +312,17 @@ namespace tboost::kernels {
 HWY_EXPORT(NormBackward);
 HWY_EXPORT(ActivationBackward);
 HWY_EXPORT(EmbeddingBackward);
+HWY_EXPORT(ColumnSumAccumulate);
 void norm_backward(const NormBackwardArgs& a) { HWY_DYNAMIC_DISPATCH(NormBackward)(a); }
 void activation_backward(const ActivationBackwardArgs& a) {
   HWY_DYNAMIC_DISPATCH(ActivationBackward)(a);
 }
 void embedding_backward(const EmbeddingBackwardArgs& a) {
   HWY_DYNAMIC_DISPATCH(EmbeddingBackward)(a);
+}
+void column_sum_accumulate(float* out, const void* x, DType dtype, int64_t rows, int64_t cols,
+                           int threads, bool ftz) {
+  HWY_DYNAMIC_DISPATCH(ColumnSumAccumulate)(out, x, dtype, rows, cols, threads, ftz);
 }
 }  // namespace tboost::kernels
 #endif

@@ -118,6 +118,34 @@ struct EmbeddingBackwardArgs {
 };
 void embedding_backward(const EmbeddingBackwardArgs& a);
 
+// y (M, N) = op(a) · op(b) (+ y when accumulate), one oneDNN matmul (src/kernels/cpu/gemm.cc).
+// op(a) is (M, K): a row-major with leading dim lda, read transposed when trans_a (a stored
+// (K, M)); op(b) is (K, N): b stored (K, N), or (N, K) when trans_b. y row-major, leading dim
+// ldy. Dtypes f32 / bf16 / f16 each; 16-bit operands without a native oneDNN matmul are widened
+// to f32. Throws tboost::Error on failure.
+struct GemmArgs {
+  void* y = nullptr;
+  int64_t ldy = 0;
+  DType y_dtype = DType::kF32;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  DType a_dtype = DType::kF32;
+  bool trans_a = false;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  DType b_dtype = DType::kF32;
+  bool trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  bool accumulate = false;
+  int threads = 1;
+};
+void gemm(const GemmArgs& g);
+
+// Column sums accumulated: out (cols, f32) += sum over rows of x (rows, cols, dtype), in fixed
+// 32-row chunks added in order (thread-count independent bits). Linear's bias gradient.
+void column_sum_accumulate(float* out, const void* x, DType dtype, int64_t rows, int64_t cols,
+                           int threads, bool ftz = true);
+
 struct RopeArgs {
   void* y = nullptr;
   RowView y_rows;  // rows of D features

@@ -67,6 +67,30 @@ void rope_bwd(T* dx, const T* dy, const int32_t* positions, const ops::RopeParam
 }
 
 template <class T>
+void linear_bwd(T* dx, float* dw, float* db, const T* dy, const T* x, const T* w, int64_t M,
+                int64_t K, int64_t N, int threads) {
+  const int t = threads_or_all(threads);
+  const DType dt = dtype_of<T>::value;
+  if (dx) {  // dx (M, K) = dy (M, N) · W (N, K)
+    GemmArgs g;
+    g.y = dx, g.ldy = K, g.y_dtype = dt;
+    g.a = dy, g.lda = N, g.a_dtype = dt;
+    g.b = w, g.ldb = K, g.b_dtype = dt;
+    g.M = M, g.N = K, g.K = N, g.threads = t;
+    gemm(g);
+  }
+  if (dw) {  // dW (N, K) += dyᵀ (N, M) · x (M, K)
+    GemmArgs g;
+    g.y = dw, g.ldy = K, g.y_dtype = DType::kF32;
+    g.a = dy, g.lda = N, g.a_dtype = dt, g.trans_a = true;
+    g.b = x, g.ldb = K, g.b_dtype = dt;
+    g.M = N, g.N = K, g.K = M, g.accumulate = true, g.threads = t;
+    gemm(g);
+  }
+  if (db) column_sum_accumulate(db, dy, dt, M, N, t);
+}
+
+template <class T>
 void emb_bwd(float* dw, const T* dy, const int32_t* ids, int64_t tokens, int64_t vocab,
              int64_t cols, int threads) {
   EmbeddingBackwardArgs a;
@@ -140,6 +164,15 @@ void embedding_backward(float* dw, const float* dy, const int32_t* ids, int64_t 
 void embedding_backward(float* dw, const bf16_t* dy, const int32_t* ids, int64_t tokens,
                         int64_t vocab, int64_t cols, int threads) {
   emb_bwd(dw, dy, ids, tokens, vocab, cols, threads);
+}
+
+void linear_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
+                     const float* w, int64_t M, int64_t K, int64_t N, int threads) {
+  linear_bwd(dx, dw, db, dy, x, w, M, K, N, threads);
+}
+void linear_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const bf16_t* x,
+                     const bf16_t* w, int64_t M, int64_t K, int64_t N, int threads) {
+  linear_bwd(dx, dw, db, dy, x, w, M, K, N, threads);
 }
 
 }  // namespace tboost::kernels::cpu

@@ -125,4 +125,30 @@ void embedding_backward(RefOut* dw, const Vec& dy, const std::vector<int64_t>& i
     }
 }
 
+void linear_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Vec& x, const Vec& w,
+                     int64_t M, int64_t K, int64_t N) {
+  auto at = [](const Vec& v, int64_t r, int64_t c, int64_t ld) {
+    return v[static_cast<size_t>(r * ld + c)];
+  };
+  dx->value.assign(static_cast<size_t>(M * K), 0.0);
+  dx->scale.assign(dx->value.size(), 0.0);
+  dw->value.assign(static_cast<size_t>(N * K), 0.0);
+  dw->scale.assign(dw->value.size(), 0.0);
+  db->value.assign(static_cast<size_t>(N), 0.0);
+  db->scale.assign(db->value.size(), 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const double g = at(dy, m, n, N);
+      db->value[static_cast<size_t>(n)] += g;
+      db->scale[static_cast<size_t>(n)] += std::abs(g);
+      for (int64_t k = 0; k < K; ++k) {
+        const auto xi = static_cast<size_t>(m * K + k), wi = static_cast<size_t>(n * K + k);
+        dx->value[xi] += g * w[wi];
+        dx->scale[xi] += std::abs(g * w[wi]);
+        dw->value[wi] += g * x[xi];
+        dw->scale[wi] += std::abs(g * x[xi]);
+      }
+    }
+}
+
 }  // namespace tboost::kernels::ref

@@ -53,6 +53,9 @@ void norm(RefOut* y, RefOut* sum, Vec* mean, Vec* rstd, const Vec& x, const Vec*
 void norm_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Vec& x, const Vec& w,
                    const Vec* dsum, double eps, int64_t rows, int64_t cols, bool rms,
                    bool plus_one);
+// Backward of y = x · Wᵀ + b: dx (M, K) = dy · W, dw (N, K) = dyᵀ · x, db (N) = column sums.
+void linear_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Vec& x, const Vec& w,
+                     int64_t M, int64_t K, int64_t N);
 // Backward of activation: plain types dx (rows, F) = dy act'(x); gated types x, dx (rows, 2F).
 void activation_backward(RefOut* dx, const Vec& dy, const Vec& x, int64_t rows, int64_t F,
                          ops::ActivationType type, bool gate_first);
