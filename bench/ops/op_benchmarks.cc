@@ -14,6 +14,7 @@
 
 #include "bench/bench.h"
 #include "bench/ops/runner.h"
+#include "src/kernels/cpu/kernels.h"
 #include "tboost/tboost.h"
 
 namespace tboost::bench {
@@ -443,6 +444,58 @@ void gemv_layer_cases(Runner& R) {
   }
 }
 
+// Fused linear + cross-entropy (the training LM head: logits, softmax, loss, dx, dW) at
+// GPT-2's vocabulary, T = 1024 rows: row chunks of ~32 MiB of logits vs the same kernels with
+// one chunk of all rows (the unfused memory shape: the whole (T, V) logits block exists, the
+// gradient written over it; an autograd framework keeps more: logits, log-probabilities and
+// their gradient). Time = all five steps; floor = the three GEMMs at the FMA peak.
+void cross_entropy_cases(Runner& R) {
+  const int64_t M = R.opt.quick ? 128 : 1024, K = 768, V = 50257;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const std::string name = std::string("linear_cross_entropy_") + dtype_name(dt) + "[" +
+                             std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(V) +
+                             "]";
+    if (!R.want(name)) continue;
+    Tensor x = filled(dt, {M, K}, 1, -1.0f, 1.0f);
+    Tensor w = filled(dt, {V, K}, 2, -0.05f, 0.05f);
+    Tensor dx = Tensor::empty(dt, {M, K});
+    std::vector<float> dw(static_cast<size_t>(V * K), 0.0f);
+    std::vector<int32_t> labels(static_cast<size_t>(M));
+    for (int64_t i = 0; i < M; ++i)
+      labels[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % V);
+    auto run = [&](int64_t chunk) {
+      kernels::LinearCrossEntropyArgs a;
+      a.dx = dx.data(), a.dw = dw.data(), a.x = x.data(), a.w = w.data();
+      a.labels = labels.data(), a.dtype = dt, a.M = M, a.K = K, a.V = V, a.chunk_rows = chunk;
+      a.threads = R.ctx.num_threads();
+      kernels::linear_cross_entropy(a);
+    };
+    const int64_t chunk =
+        std::min<int64_t>(M, std::clamp<int64_t>((int64_t{32} << 20) / (V * 4), 16, 4096));
+    const auto [fused, unfused] = time_pair([&] { run(0); }, [&] { run(M); }, R.budget(), 5);
+    Result r;
+    r.name = name;
+    r.dtype = dtype_name(dt);
+    r.seconds = fused.median;
+    r.spread = spread(fused);
+    r.flops = 3.0 * 2.0 * static_cast<double>(M * K * V);
+    r.gflops = r.flops / fused.median / 1e9;
+    r.floor_fraction = r.flops / (R.lim.fma_gflops * 1e9) / fused.median;
+    r.baseline = "unfused";
+    r.speedup_vs_baseline = unfused.median / fused.median;
+    r.working_bytes = static_cast<double>(chunk * V * 4);
+    r.bytes_ratio_vs_baseline = static_cast<double>(chunk) / static_cast<double>(M);
+    r.note = "logits block " + std::to_string(chunk * V * 4 >> 20) + " MiB (" +
+             std::to_string(chunk) + " rows) vs " + std::to_string(M * V * 4 >> 20) +
+             " MiB unfused" +
+             (dt == DType::kBF16 && !kernels::gemm_has_native(dt)
+                  ? "; bf16 head widened to f32 once per call (+" +
+                        std::to_string(V * K * 4 >> 20) + " MiB)"
+                  : "");
+    R.emit(r);
+  }
+}
+
 void linear_cases(Runner& R) {
   struct Shp {
     int64_t M, K, N;
@@ -573,6 +626,7 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
   linear_cases(R);
   gemv_cases(R);
   gemv_layer_cases(R);
+  cross_entropy_cases(R);
   attention_benchmarks(R);
   graph_benchmarks(R);
   return rows;

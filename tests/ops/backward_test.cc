@@ -146,6 +146,26 @@ TEST(BackwardReference, LinearMatchesCentralDifferences) {
   expect_grad(db.value, nb, "linear db");
 }
 
+TEST(BackwardReference, LinearCrossEntropyMatchesCentralDifferences) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t M = 4, K = 3, V = 6;
+  const std::vector<int64_t> labels = {2, -100, 5, 0};
+  for (double eps : {0.0, 0.1}) {
+    Vec x = random_vec(rng, M * K, -2, 2), w = random_vec(rng, V * K, -2, 2);
+    RefOut dx, dw, tmp1, tmp2;
+    ref::linear_cross_entropy(&dx, &dw, x, w, labels, M, K, V, -100, eps);
+    auto loss = [&] {
+      return ref::linear_cross_entropy(&tmp1, &tmp2, x, w, labels, M, K, V, -100, eps);
+    };
+    std::vector<double> nx, nw;
+    for (size_t i = 0; i < x.size(); ++i) nx.push_back(central(x, i, loss));
+    for (size_t i = 0; i < w.size(); ++i) nw.push_back(central(w, i, loss));
+    expect_grad(dx.value, nx, "lce dx");
+    expect_grad(dw.value, nw, "lce dw");
+  }
+}
+
 TEST(BackwardReference, RopeIsRopeAtNegatedPositions) {
   Rng rng;
   SCOPED_TRACE("seed " + std::to_string(rng.seed()));
@@ -203,10 +223,20 @@ void expect_matches(const Vec& got, const RefOut& want, double tol, const std::s
   EXPECT_LE(std::sqrt(num), tol * std::sqrt(den) + 1e-30) << what << " normwise";
 }
 
-Vec sub(const Vec& a, const Vec& b) {
-  Vec r(a.size());
-  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] - b[i];
-  return r;
+// An f32 gradient accumulated onto base: got = f32(base + delta), delta as want says. Each of
+// the `adds` roundings into the f32 buffer may cost an ulp of |base + delta| on top of delta's
+// own tolerance (the fused cross-entropy adds once per chunk of rows).
+void expect_accumulated(const std::vector<float>& got, const Vec& base, const RefOut& want,
+                        double tol, const std::string& what, int adds = 1) {
+  ASSERT_EQ(got.size(), want.value.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double sum = base[i] + want.value[i];
+    const double e = std::abs(static_cast<double>(got[i]) - sum);
+    if (!(e <= tol * want.scale[i] + adds * std::ldexp(std::abs(sum), -23) + 1e-30) && bad++ < 5)
+      ADD_FAILURE() << what << " element " << i << ": got " << got[i] << " want " << sum
+                    << " (base " << base[i] << ", delta scale " << want.scale[i] << ")";
+  }
 }
 
 Tensor poisoned(DType dt, const Shape& s) {
@@ -259,11 +289,9 @@ TEST_P(NormBackwardKernel, MatchesReferenceAndIsThreadIndependent) {
     kernels::norm_backward(a);
     const double tol = tolerance(c.dt, C);
     expect_matches(to_f64(dx), rdx, tol, "dx t" + std::to_string(threads));
-    const Vec fw(dw.begin(), dw.end()), fb(db.begin(), db.end());
     // f32 accumulation over rows: the f32 tolerance (inputs are exactly the stored values).
-    expect_matches(sub(fw, Vec(dw0.begin(), dw0.end())), rdw, tolerance(DType::kF32, R), "dw");
-    if (!c.rms)
-      expect_matches(sub(fb, Vec(db0.begin(), db0.end())), rdb, tolerance(DType::kF32, R), "db");
+    expect_accumulated(dw, dw0, rdw, tolerance(DType::kF32, R), "dw");
+    if (!c.rms) expect_accumulated(db, db0, rdb, tolerance(DType::kF32, R), "db");
     dws.push_back(dw), dbs.push_back(db);
   }
   for (size_t k = 1; k < dws.size(); ++k) {
@@ -394,8 +422,7 @@ TEST(EmbeddingBackwardKernel, AccumulatesRepeatedIdsThreadIndependently) {
       else
         kernels::cpu::embedding_backward(dw.data(), dy.data_as<bf16_t>(), ids.data(), T, V, C,
                                          threads);
-      expect_matches(sub(Vec(dw.begin(), dw.end()), w0), want, tolerance(DType::kF32, T),
-                     "embedding dw");
+      expect_accumulated(dw, w0, want, tolerance(DType::kF32, T), "embedding dw");
       outs.push_back(dw);
     }
     for (size_t k = 1; k < outs.size(); ++k)
@@ -432,10 +459,8 @@ TEST(LinearBackwardKernel, MatchesReferenceAndAccumulates) {
         const std::string tag = std::string(dtype_name(dt)) + " " + std::to_string(M) + "x" +
                                 std::to_string(K) + "x" + std::to_string(N);
         expect_matches(to_f64(dx), rdx, tolerance(dt, N), tag + " dx");
-        expect_matches(sub(Vec(dw.begin(), dw.end()), dw0), rdw, tolerance(DType::kF32, M),
-                       tag + " dw");
-        expect_matches(sub(Vec(db.begin(), db.end()), db0), rdb, tolerance(DType::kF32, M),
-                       tag + " db");
+        expect_accumulated(dw, dw0, rdw, tolerance(DType::kF32, M), tag + " dw");
+        expect_accumulated(db, db0, rdb, tolerance(DType::kF32, M), tag + " db");
         dbs.push_back(db);
       }
       EXPECT_EQ(0, std::memcmp(dbs[0].data(), dbs[1].data(), dbs[0].size() * 4)) << "db bits";
@@ -455,6 +480,99 @@ TEST(LinearBackwardKernel, NullOutputsAreSkipped) {
                                 dy.data_as<float>(), x.data_as<float>(), w.data_as<float>(), M, K,
                                 N);
   expect_matches(Vec(dw.begin(), dw.end()), rdw, tolerance(DType::kF32, M), "dw only");
+}
+
+struct LceCase {
+  DType dt;
+  int64_t M, K, V, chunk;
+  float eps;
+};
+
+class LinearCrossEntropyKernel : public ::testing::TestWithParam<LceCase> {};
+
+TEST_P(LinearCrossEntropyKernel, MatchesReference) {
+  const LceCase c = GetParam();
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const Tensor x = random_tensor(rng, c.dt, {c.M, c.K}, false, -2, 2).view;
+  const Tensor w = random_tensor(rng, c.dt, {c.V, c.K}, false, -2, 2).view;
+  std::vector<int32_t> labels(static_cast<size_t>(c.M));
+  std::vector<int64_t> labels64(labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    labels[i] = i % 5 == 3 ? -100 : static_cast<int32_t>(rng.integer(0, c.V - 1));
+    labels64[i] = labels[i];
+  }
+  RefOut rdx, rdw;
+  const double want = ref::linear_cross_entropy(&rdx, &rdw, to_f64(x), to_f64(w), labels64, c.M,
+                                                c.K, c.V, -100, c.eps);
+  const Vec dw0 = random_f32_vec(rng, c.V * c.K);
+  for (int threads : {1, 2}) {
+    Tensor dx = poisoned(c.dt, {c.M, c.K});
+    std::vector<float> dw(dw0.begin(), dw0.end());
+    double got;
+    if (c.dt == DType::kF32)
+      got = kernels::cpu::linear_cross_entropy(dx.data_as<float>(), dw.data(), x.data_as<float>(),
+                                               w.data_as<float>(), labels.data(), c.M, c.K, c.V,
+                                               -100, c.eps, c.chunk, threads);
+    else
+      got = kernels::cpu::linear_cross_entropy(dx.data_as<bf16_t>(), dw.data(), x.data_as<bf16_t>(),
+                                               w.data_as<bf16_t>(), labels.data(), c.M, c.K, c.V,
+                                               -100, c.eps, c.chunk, threads);
+    // The loss is computed from exactly the stored inputs in f32 with an f64 sum: f32
+    // tolerance for both dtypes.
+    EXPECT_NEAR(got, want, tolerance(DType::kF32, c.K) * (1.0 + std::abs(want))) << "loss";
+    expect_matches(to_f64(dx), rdx, tolerance(c.dt, c.V), "dx");
+    const int64_t chunk = c.chunk > 0 ? c.chunk : c.M;  // these cases fit one default chunk
+    expect_accumulated(dw, dw0, rdw, tolerance(DType::kF32, c.M), "dw",
+                       static_cast<int>((c.M + chunk - 1) / chunk));
+  }
+}
+
+std::vector<LceCase> lce_cases() {
+  std::vector<LceCase> v;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (float eps : {0.0f, 0.1f}) {
+      v.push_back({dt, 1, 1, 2, 0, eps});
+      v.push_back({dt, 7, 5, 11, 3, eps});
+      v.push_back({dt, 40, 33, 257, 0, eps});
+      v.push_back({dt, 40, 33, 257, 1, eps});
+    }
+  v.push_back({DType::kF32, 64, 16, 5003, 17, 0.0f});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, LinearCrossEntropyKernel, ::testing::ValuesIn(lce_cases()),
+                         [](const auto& info) {
+                           const LceCase& c = info.param;
+                           return std::string(dtype_name(c.dt)) + "_" + std::to_string(c.M) + "x" +
+                                  std::to_string(c.K) + "x" + std::to_string(c.V) + "_chunk" +
+                                  std::to_string(c.chunk) + (c.eps != 0.0f ? "_smooth" : "");
+                         });
+
+TEST(LinearCrossEntropyKernel, BadLabelThrowsBeforeWritingAndAllIgnoredIsZero) {
+  Rng rng;
+  const int64_t M = 5, K = 4, V = 7;
+  const Tensor x = random_tensor(rng, DType::kF32, {M, K}, false).view;
+  const Tensor w = random_tensor(rng, DType::kF32, {V, K}, false).view;
+  std::vector<int32_t> labels = {1, 2, 7, 0, 3};  // 7 is outside [0, 7)
+  Tensor dx = poisoned(DType::kF32, {M, K});
+  std::vector<float> dw(V * K, 0.5f);
+  try {
+    kernels::cpu::linear_cross_entropy(dx.data_as<float>(), dw.data(), x.data_as<float>(),
+                                       w.data_as<float>(), labels.data(), M, K, V);
+    ADD_FAILURE() << "no error for a label outside the vocabulary";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 7 at row 2"), std::string::npos) << e.what();
+  }
+  for (int64_t i = 0; i < M * K; ++i) EXPECT_TRUE(std::isnan(dx.data_as<float>()[i]));
+  for (float v : dw) EXPECT_EQ(v, 0.5f);
+  labels.assign(M, -100);
+  const double l =
+      kernels::cpu::linear_cross_entropy(dx.data_as<float>(), dw.data(), x.data_as<float>(),
+                                         w.data_as<float>(), labels.data(), M, K, V);
+  EXPECT_EQ(l, 0.0);
+  for (int64_t i = 0; i < M * K; ++i) EXPECT_EQ(dx.data_as<float>()[i], 0.0f);
+  for (float v : dw) EXPECT_EQ(v, 0.5f);
 }
 
 TEST(NormBackwardKernel, PublicFunctionsMatchReference) {

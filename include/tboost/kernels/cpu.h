@@ -71,6 +71,21 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
                      const float* w, int64_t M, int64_t K, int64_t N, int threads = 0);
 void linear_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const bf16_t* x,
                      const bf16_t* w, int64_t M, int64_t K, int64_t N, int threads = 0);
+// Fused linear + cross-entropy, forward and backward in one call, in row chunks so the (M, V)
+// logits never exist (chunk_rows 0: ~32 MiB of f32 logits per chunk). Returns the mean loss over
+// the rows whose label is not ignore_index (PyTorch's cross_entropy with reduction="mean",
+// label_smoothing eps: target (1 - eps) one_hot + eps / V); writes dx = d loss / d x (may be
+// null) and accumulates dw += d loss / d W (may be null). A label outside [0, V) that is not
+// ignore_index throws tboost::Error before anything is written.
+//   x, dx: (M, K)   w, dw: (V, K)   labels: (M)
+double linear_cross_entropy(float* dx, float* dw, const float* x, const float* w,
+                            const int32_t* labels, int64_t M, int64_t K, int64_t V,
+                            int64_t ignore_index = -100, float label_smoothing = 0.0f,
+                            int64_t chunk_rows = 0, int threads = 0);
+double linear_cross_entropy(bf16_t* dx, float* dw, const bf16_t* x, const bf16_t* w,
+                            const int32_t* labels, int64_t M, int64_t K, int64_t V,
+                            int64_t ignore_index = -100, float label_smoothing = 0.0f,
+                            int64_t chunk_rows = 0, int threads = 0);
 // Embedding backward: dw[ids[t]] += dy[t]; every id must be in [0, vocab) (not checked).
 //   dw: (vocab, cols)   dy: (tokens, cols)   ids: (tokens)
 void embedding_backward(float* dw, const float* dy, const int32_t* ids, int64_t tokens,

@@ -90,6 +90,11 @@ std::vector<float> widen(const void* p, DType t, int64_t rows, int64_t cols, int
 
 }  // namespace
 
+bool gemm_has_native(DType t) {
+  if (t == DType::kF32) return true;
+  return primitive(Key{16, 16, 16, 16, 1, 16, 1, 16, t, t, DType::kF32, false, 1}) != nullptr;
+}
+
 void gemm(const GemmArgs& g) {
   if (g.M <= 0 || g.N <= 0) return;
   // Strides of op(a) (M, K) and op(b) (K, N).

@@ -140,6 +140,29 @@ struct GemmArgs {
   int threads = 1;
 };
 void gemm(const GemmArgs& g);
+// Whether oneDNN has a matmul for 16-bit operands of dtype t here (f32 output).
+bool gemm_has_native(DType t);
+
+// Fused lm head + softmax + cross-entropy + gradients over row chunks (the (M, V) logits never
+// exist): returns the mean loss over rows whose label is not ignore_index (0 when none),
+// writes dx (M, K) = d loss / d x (may be null) and accumulates dw (V, K, f32) += d loss / d W
+// (may be null). x, w, dx in dtype; labels in [0, V) or ignore_index (else a tboost::Error
+// before anything is written). chunk_rows 0: chunks of ~32 MiB of f32 logits.
+struct LinearCrossEntropyArgs {
+  void* dx = nullptr;
+  float* dw = nullptr;
+  const void* x = nullptr;  // (M, K)
+  const void* w = nullptr;  // (V, K)
+  const int32_t* labels = nullptr;
+  DType dtype = DType::kF32;
+  int64_t M = 0, K = 0, V = 0;
+  int64_t ignore_index = -100;
+  float label_smoothing = 0.0f;
+  int64_t chunk_rows = 0;
+  int threads = 1;
+  bool ftz = true;
+};
+double linear_cross_entropy(const LinearCrossEntropyArgs& a);
 
 // Column sums accumulated: out (cols, f32) += sum over rows of x (rows, cols, dtype), in fixed
 // 32-row chunks added in order (thread-count independent bits). Linear's bias gradient.

@@ -91,6 +91,16 @@ void linear_bwd(T* dx, float* dw, float* db, const T* dy, const T* x, const T* w
 }
 
 template <class T>
+double lce(T* dx, float* dw, const T* x, const T* w, const int32_t* labels, int64_t M, int64_t K,
+           int64_t V, int64_t ignore_index, float eps, int64_t chunk, int threads) {
+  LinearCrossEntropyArgs a;
+  a.dx = dx, a.dw = dw, a.x = x, a.w = w, a.labels = labels, a.dtype = dtype_of<T>::value;
+  a.M = M, a.K = K, a.V = V, a.ignore_index = ignore_index, a.label_smoothing = eps;
+  a.chunk_rows = chunk, a.threads = threads_or_all(threads);
+  return kernels::linear_cross_entropy(a);
+}
+
+template <class T>
 void emb_bwd(float* dw, const T* dy, const int32_t* ids, int64_t tokens, int64_t vocab,
              int64_t cols, int threads) {
   EmbeddingBackwardArgs a;
@@ -173,6 +183,19 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
 void linear_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const bf16_t* x,
                      const bf16_t* w, int64_t M, int64_t K, int64_t N, int threads) {
   linear_bwd(dx, dw, db, dy, x, w, M, K, N, threads);
+}
+
+double linear_cross_entropy(float* dx, float* dw, const float* x, const float* w,
+                            const int32_t* labels, int64_t M, int64_t K, int64_t V,
+                            int64_t ignore_index, float label_smoothing, int64_t chunk_rows,
+                            int threads) {
+  return lce(dx, dw, x, w, labels, M, K, V, ignore_index, label_smoothing, chunk_rows, threads);
+}
+double linear_cross_entropy(bf16_t* dx, float* dw, const bf16_t* x, const bf16_t* w,
+                            const int32_t* labels, int64_t M, int64_t K, int64_t V,
+                            int64_t ignore_index, float label_smoothing, int64_t chunk_rows,
+                            int threads) {
+  return lce(dx, dw, x, w, labels, M, K, V, ignore_index, label_smoothing, chunk_rows, threads);
 }
 
 }  // namespace tboost::kernels::cpu

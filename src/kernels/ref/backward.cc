@@ -1,6 +1,7 @@
 // Float64 references of the backward kernels (textbook derivatives; the tests check these
 // against central differences of the forward references). Each output's scale is the sum of
 // the magnitudes of the terms that produced it.
+#include <algorithm>
 #include <cmath>
 
 #include "src/kernels/ref/reference.h"
@@ -149,6 +150,52 @@ void linear_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Ve
         dw->scale[wi] += std::abs(g * x[xi]);
       }
     }
+}
+
+double linear_cross_entropy(RefOut* dx, RefOut* dw, const Vec& x, const Vec& w,
+                            const std::vector<int64_t>& labels, int64_t M, int64_t K, int64_t V,
+                            int64_t ignore_index, double eps) {
+  dx->value.assign(static_cast<size_t>(M * K), 0.0);
+  dx->scale.assign(dx->value.size(), 0.0);
+  dw->value.assign(static_cast<size_t>(V * K), 0.0);
+  dw->scale.assign(dw->value.size(), 0.0);
+  int64_t valid = 0;
+  for (int64_t y : labels) valid += y != ignore_index;
+  if (valid == 0) return 0.0;
+  double total = 0.0;
+  Vec z(static_cast<size_t>(V)), g(static_cast<size_t>(V));
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t y = labels[static_cast<size_t>(m)];
+    if (y == ignore_index) continue;
+    double mx = -INFINITY, sum_z = 0.0;
+    for (int64_t v = 0; v < V; ++v) {
+      double s = 0.0;
+      for (int64_t k = 0; k < K; ++k)
+        s += x[static_cast<size_t>(m * K + k)] * w[static_cast<size_t>(v * K + k)];
+      z[static_cast<size_t>(v)] = s;
+      mx = std::max(mx, s);
+      sum_z += s;
+    }
+    double se = 0.0;
+    for (double v : z) se += std::exp(v - mx);
+    const double lse = mx + std::log(se);
+    total += (1.0 - eps) * (lse - z[static_cast<size_t>(y)]) +
+             eps * (lse - sum_z / static_cast<double>(V));
+    for (int64_t v = 0; v < V; ++v)
+      g[static_cast<size_t>(v)] = (std::exp(z[static_cast<size_t>(v)] - lse) -
+                                   eps / static_cast<double>(V) - (v == y ? 1.0 - eps : 0.0)) /
+                                  static_cast<double>(valid);
+    for (int64_t v = 0; v < V; ++v)
+      for (int64_t k = 0; k < K; ++k) {
+        const auto xi = static_cast<size_t>(m * K + k), wi = static_cast<size_t>(v * K + k);
+        const double gv = g[static_cast<size_t>(v)];
+        dx->value[xi] += gv * w[wi];
+        dx->scale[xi] += std::abs(gv * w[wi]);
+        dw->value[wi] += gv * x[xi];
+        dw->scale[wi] += std::abs(gv * x[xi]);
+      }
+  }
+  return total / static_cast<double>(valid);
 }
 
 }  // namespace tboost::kernels::ref

@@ -56,6 +56,11 @@ void norm_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Vec&
 // Backward of y = x · Wᵀ + b: dx (M, K) = dy · W, dw (N, K) = dyᵀ · x, db (N) = column sums.
 void linear_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Vec& x, const Vec& w,
                      int64_t M, int64_t K, int64_t N);
+// Mean cross-entropy of softmax(x · Wᵀ) over rows whose label != ignore_index (label
+// smoothing eps), with dx (M, K) and dw (V, K) of that mean. Returns the loss.
+double linear_cross_entropy(RefOut* dx, RefOut* dw, const Vec& x, const Vec& w,
+                            const std::vector<int64_t>& labels, int64_t M, int64_t K, int64_t V,
+                            int64_t ignore_index, double eps);
 // Backward of activation: plain types dx (rows, F) = dy act'(x); gated types x, dx (rows, 2F).
 void activation_backward(RefOut* dx, const Vec& dy, const Vec& x, int64_t rows, int64_t F,
                          ops::ActivationType type, bool gate_first);

@@ -1,0 +1,176 @@
+// Fused linear + cross-entropy (the LM head of training): logits, softmax, loss and gradients in
+// chunks of rows, so the (M, V) logits never exist; only a (chunk, V) f32 block does.
+//
+// Per chunk: logits = x_c · Wᵀ (oneDNN), then per row (our Highway pass) the log-sum-exp, the
+// row's loss and, in place, the logits' gradient (softmax - target) / valid_rows, then
+// dx_c = G · W and dW += Gᵀ · x_c (oneDNN, the second accumulating through a sum post-op).
+// The loss is summed in f64 in row order: thread-count independent. Label smoothing eps as
+// PyTorch's cross_entropy: target = (1 - eps) one_hot + eps / V.
+// clang-format off: Highway's per-target re-inclusion needs this exact order.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kernels/cpu/cross_entropy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "src/core/parallel.h"
+#include "src/kernels/cpu/hwy_util-inl.h"
+#include "src/kernels/cpu/kernels.h"
+#include "tboost/core/error.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tboost::kernels::HWY_NAMESPACE {
+
+// Rows [0, rows) of z (rows, V) f32: loss[r] (f64) and z replaced by d loss / d z.
+void SoftmaxXentRows(float* z, double* loss, const int32_t* labels, int64_t rows, int64_t V,
+                     int64_t ignore_index, float eps, float inv_valid, int threads, bool ftz) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  parallel_for(threads, rows, 1, ftz, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* zr = z + r * V;
+      const int64_t y = labels[r];
+      if (y == ignore_index) {
+        std::fill(zr, zr + V, 0.0f);
+        loss[r] = 0.0;
+        continue;
+      }
+      auto mx = hn::Set(d, -INFINITY);
+      auto sz = hn::Zero(d);
+      for (int64_t i = 0; i < V; i += L) {
+        const int64_t n = std::min(L, V - i);
+        const auto v = LoadN(d, zr + i, n, -INFINITY);
+        mx = hn::Max(mx, v);
+        if (eps != 0.0f) sz = hn::Add(sz, LoadN(d, zr + i, n));
+      }
+      const float m = ReduceMaxF(d, mx);
+      const auto vm = hn::Set(d, m), lo = hn::Set(d, -87.0f);
+      auto se = hn::Zero(d);
+      for (int64_t i = 0; i < V; i += L) {
+        const int64_t n = std::min(L, V - i);
+        // exp of (z - max) clamped at -87: FastExp's 2^n needs n >= -126; e^-87 ~ 1.6e-38.
+        const auto e = FastExp<6>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n, -INFINITY), vm), lo));
+        se = hn::Add(se, hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(n)), e));
+      }
+      const double lse = static_cast<double>(m) + std::log(static_cast<double>(ReduceSumF(d, se)));
+      const double zy = zr[y];
+      loss[r] = (1.0 - eps) * (lse - zy) +
+                (eps != 0.0f
+                     ? eps * (lse - static_cast<double>(ReduceSumF(d, sz)) / static_cast<double>(V))
+                     : 0.0);
+      // Gradient: (softmax - eps / V) / valid, minus (1 - eps) / valid at the label.
+      const auto vl = hn::Set(d, static_cast<float>(lse));
+      const auto off = hn::Set(d, eps / static_cast<float>(V));
+      const auto sc = hn::Set(d, inv_valid);
+      for (int64_t i = 0; i < V; i += L) {
+        const int64_t n = std::min(L, V - i);
+        const auto p = FastExp<6>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n), vl), lo));
+        StoreN(d, hn::Mul(hn::Sub(p, off), sc), zr + i, n);
+      }
+      zr[y] -= (1.0f - eps) * inv_valid;
+    }
+  });
+}
+
+}  // namespace tboost::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tboost::kernels {
+HWY_EXPORT(SoftmaxXentRows);
+
+double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
+  const int64_t M = a.M, K = a.K, V = a.V;
+  // Labels first: a bad one is an error before anything is written.
+  int64_t valid = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    const int64_t y = a.labels[r];
+    if (y == a.ignore_index) continue;
+    if (y < 0 || y >= V)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "linear_cross_entropy: label " + std::to_string(y) + " at row " +
+                      std::to_string(r) + " is outside [0, " + std::to_string(V) +
+                      ") and is not ignore_index (" + std::to_string(a.ignore_index) + ")");
+    ++valid;
+  }
+  if (!(a.label_smoothing >= 0.0f && a.label_smoothing <= 1.0f))
+    throw Error(ErrorCode::kInvalidArgument,
+                "linear_cross_entropy: label_smoothing must be in [0, 1], got " +
+                    std::to_string(a.label_smoothing));
+  const size_t xe = dtype_size(a.dtype);
+  if (valid == 0) {  // no target: zero loss and gradients
+    if (a.dx) {
+      std::vector<float> z(static_cast<size_t>(K), 0.0f);
+      for (int64_t r = 0; r < M; ++r)
+        convert(static_cast<char*>(a.dx) + static_cast<size_t>(r * K) * xe, a.dtype, z.data(),
+                DType::kF32, K);
+    }
+    return 0.0;
+  }
+  // The head's weight once in f32 when oneDNN has no matmul for its dtype (AVX2 bf16): the
+  // three products of every chunk then run in f32 without re-widening it.
+  std::vector<float> w32;
+  const void* w = a.w;
+  DType wt = a.dtype;
+  if (a.dtype != DType::kF32 && !gemm_has_native(a.dtype)) {
+    w32.resize(static_cast<size_t>(V * K));
+    convert(w32.data(), DType::kF32, a.w, a.dtype, V * K);
+    w = w32.data(), wt = DType::kF32;
+  }
+  int64_t chunk = a.chunk_rows;
+  if (chunk <= 0) chunk = std::clamp<int64_t>((int64_t{32} << 20) / (V * 4), 16, 4096);
+  chunk = std::min(chunk, M);
+  std::vector<float> z(static_cast<size_t>(chunk * V));
+  // With a native 16-bit matmul the gradient block is rounded to the weight's dtype once per
+  // chunk, so both products stay native.
+  std::vector<char> z16(wt != DType::kF32 ? static_cast<size_t>(chunk * V) * dtype_size(wt) : 0);
+  std::vector<double> loss(static_cast<size_t>(M));
+  const float inv_valid = 1.0f / static_cast<float>(valid);
+  for (int64_t r0 = 0; r0 < M; r0 += chunk) {
+    const int64_t c = std::min(chunk, M - r0);
+    const char* xc = static_cast<const char*>(a.x) + static_cast<size_t>(r0 * K) * xe;
+    GemmArgs g;  // z = x_c · Wᵀ
+    g.y = z.data(), g.ldy = V, g.y_dtype = DType::kF32;
+    g.a = xc, g.lda = K, g.a_dtype = a.dtype;
+    g.b = w, g.ldb = K, g.b_dtype = wt, g.trans_b = true;
+    g.M = c, g.N = V, g.K = K, g.threads = a.threads;
+    gemm(g);
+    HWY_DYNAMIC_DISPATCH(SoftmaxXentRows)
+    (z.data(), loss.data() + r0, a.labels + r0, c, V, a.ignore_index, a.label_smoothing, inv_valid,
+     a.threads, a.ftz);
+    const void* G = z.data();
+    DType gt = DType::kF32;
+    if (!z16.empty()) {
+      convert(z16.data(), wt, z.data(), DType::kF32, c * V);
+      G = z16.data(), gt = wt;
+    }
+    if (a.dx) {  // dx_c = G · W
+      GemmArgs gx;
+      gx.y = static_cast<char*>(a.dx) + static_cast<size_t>(r0 * K) * xe, gx.ldy = K;
+      gx.y_dtype = a.dtype;
+      gx.a = G, gx.lda = V, gx.a_dtype = gt;
+      gx.b = w, gx.ldb = K, gx.b_dtype = wt;
+      gx.M = c, gx.N = K, gx.K = V, gx.threads = a.threads;
+      gemm(gx);
+    }
+    if (a.dw) {  // dW += Gᵀ · x_c
+      GemmArgs gw;
+      gw.y = a.dw, gw.ldy = K, gw.y_dtype = DType::kF32;
+      gw.a = G, gw.lda = V, gw.a_dtype = gt, gw.trans_a = true;
+      gw.b = xc, gw.ldb = K, gw.b_dtype = a.dtype;
+      gw.M = V, gw.N = K, gw.K = c, gw.accumulate = true, gw.threads = a.threads;
+      gemm(gw);
+    }
+  }
+  double total = 0.0;
+  for (double l : loss) total += l;
+  return total / static_cast<double>(valid);
+}
+
+}  // namespace tboost::kernels
+#endif
