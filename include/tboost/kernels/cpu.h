@@ -86,6 +86,21 @@ double linear_cross_entropy(bf16_t* dx, float* dw, const bf16_t* x, const bf16_t
                             const int32_t* labels, int64_t M, int64_t K, int64_t V,
                             int64_t ignore_index = -100, float label_smoothing = 0.0f,
                             int64_t chunk_rows = 0, int threads = 0);
+// ---- optimizer --------------------------------------------------------------------------
+// Sum of squares of n gradient values, as f64 (inf or NaN when g holds them: the loss scaler's
+// overflow check). The global norm for clipping is the sqrt of the sum over every parameter
+// tensor. The same bits for any thread count.
+double grad_sum_squares(const float* g, int64_t n, int threads = 0);
+struct AdamWHyper {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+};
+// One fused AdamW step (torch.optim.AdamW's arithmetic: decoupled weight decay, bias
+// corrections) on f32 master weights p with moments m, v, in place. The gradient used is
+// g * grad_scale (the clipping factor times 1 / loss scale). step is 1-based. p16 (may be null)
+// receives the new weights rounded to bf16, the copy a bf16 forward computes with.
+//   p, m, v, g, p16: (n)
+void adamw_step(float* p, float* m, float* v, const float* g, bf16_t* p16, int64_t n, int64_t step,
+                const AdamWHyper& h, float grad_scale = 1.0f, int threads = 0);
 // Embedding backward: dw[ids[t]] += dy[t]; every id must be in [0, vocab) (not checked).
 //   dw: (vocab, cols)   dy: (tokens, cols)   ids: (tokens)
 void embedding_backward(float* dw, const float* dy, const int32_t* ids, int64_t tokens,

@@ -169,6 +169,28 @@ double linear_cross_entropy(const LinearCrossEntropyArgs& a);
 void column_sum_accumulate(float* out, const void* x, DType dtype, int64_t rows, int64_t cols,
                            int threads, bool ftz = true);
 
+// Sum of squares of g (n) in fixed 4096-element chunks, f64 partials added in order: the same
+// bits for any thread count; inf or NaN when g holds them (src/kernels/cpu/optimizer.cc).
+double sum_squares(const float* g, int64_t n, int threads);
+
+// One AdamW step in place on f32 master weights (PyTorch's arithmetic): g is scaled by
+// grad_scale first (clipping factor, 1 / loss scale); p16, if set, receives the new weights
+// rounded to bf16.
+struct AdamWArgs {
+  float* p = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const float* g = nullptr;
+  bf16_t* p16 = nullptr;
+  int64_t n = 0;
+  int64_t step = 1;  // 1-based, for the bias corrections
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+  float grad_scale = 1.0f;
+  int threads = 1;
+  bool ftz = true;
+};
+void adamw_step(const AdamWArgs& a);
+
 struct RopeArgs {
   void* y = nullptr;
   RowView y_rows;  // rows of D features

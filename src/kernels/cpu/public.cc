@@ -198,4 +198,16 @@ double linear_cross_entropy(bf16_t* dx, float* dw, const bf16_t* x, const bf16_t
   return lce(dx, dw, x, w, labels, M, K, V, ignore_index, label_smoothing, chunk_rows, threads);
 }
 
+double grad_sum_squares(const float* g, int64_t n, int threads) {
+  return sum_squares(g, n, threads_or_all(threads));
+}
+void adamw_step(float* p, float* m, float* v, const float* g, bf16_t* p16, int64_t n, int64_t step,
+                const AdamWHyper& h, float grad_scale, int threads) {
+  AdamWArgs a;
+  a.p = p, a.m = m, a.v = v, a.g = g, a.p16 = p16, a.n = n, a.step = step;
+  a.lr = h.lr, a.beta1 = h.beta1, a.beta2 = h.beta2, a.eps = h.eps, a.weight_decay = h.weight_decay;
+  a.grad_scale = grad_scale, a.threads = threads_or_all(threads);
+  kernels::adamw_step(a);
+}
+
 }  // namespace tboost::kernels::cpu

@@ -198,4 +198,20 @@ double linear_cross_entropy(RefOut* dx, RefOut* dw, const Vec& x, const Vec& w,
   return total / static_cast<double>(valid);
 }
 
+void adamw_step(Vec* p, Vec* m, Vec* v, const Vec& g, int64_t step, double lr, double beta1,
+                double beta2, double eps, double weight_decay, double grad_scale) {
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double gi = g[i] * grad_scale;
+    double& pi = (*p)[i];
+    double& mi = (*m)[i];
+    double& vi = (*v)[i];
+    pi *= 1.0 - lr * weight_decay;
+    mi = beta1 * mi + (1.0 - beta1) * gi;
+    vi = beta2 * vi + (1.0 - beta2) * gi * gi;
+    pi -= lr / bc1 * mi / (std::sqrt(vi) / std::sqrt(bc2) + eps);
+  }
+}
+
 }  // namespace tboost::kernels::ref

@@ -61,6 +61,9 @@ void linear_backward(RefOut* dx, RefOut* dw, RefOut* db, const Vec& dy, const Ve
 double linear_cross_entropy(RefOut* dx, RefOut* dw, const Vec& x, const Vec& w,
                             const std::vector<int64_t>& labels, int64_t M, int64_t K, int64_t V,
                             int64_t ignore_index, double eps);
+// One AdamW step (torch.optim.AdamW) in place on p, m, v with gradient g * grad_scale.
+void adamw_step(Vec* p, Vec* m, Vec* v, const Vec& g, int64_t step, double lr, double beta1,
+                double beta2, double eps, double weight_decay, double grad_scale);
 // Backward of activation: plain types dx (rows, F) = dy act'(x); gated types x, dx (rows, 2F).
 void activation_backward(RefOut* dx, const Vec& dy, const Vec& x, int64_t rows, int64_t F,
                          ops::ActivationType type, bool gate_first);
