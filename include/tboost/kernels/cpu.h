@@ -86,6 +86,42 @@ double linear_cross_entropy(bf16_t* dx, float* dw, const bf16_t* x, const bf16_t
                             const int32_t* labels, int64_t M, int64_t K, int64_t V,
                             int64_t ignore_index = -100, float label_smoothing = 0.0f,
                             int64_t chunk_rows = 0, int threads = 0);
+// ---- attention (training) ------------------------------------------------------------------
+// Layout BSHD: q (batch, sq, heads, D), k (batch, sk, kv_heads, D), v (batch, sk, kv_heads, Dv),
+// o and dout (batch, sq, heads, Dv), lse (batch, heads, sq), natural log (-inf for a query that
+// sees no key). heads a multiple of kv_heads (GQA). Varlen (cu_seqlens_q/k set, batch + 1
+// entries each, sequence b owning tokens [cu[b], cu[b+1])): q (total_q, heads, D), k and v
+// (total_k, kv_heads, ·), lse (heads, total_q), and sq / sk are the longest sequence's lengths.
+// Key j is visible to query i (at i + sk_b - sq_b on the key axis) per causal / window; ALiBi
+// adds -slope_h · distance; mask (batch, sq, sk), additive (not with varlen).
+struct AttentionOptions {
+  float scale = 0.0f;  // 0: 1 / sqrt(D)
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;  // -1: unbounded
+  const float* alibi_slopes = nullptr;          // (heads) or null
+  const float* mask = nullptr;
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+};
+// Flash attention forward that also returns the log-sum-exp the backward needs.
+void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
+                       int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t kv_heads,
+                       int64_t D, int64_t Dv, const AttentionOptions& opt, int threads = 0);
+void attention_forward(bf16_t* o, float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                       int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t kv_heads,
+                       int64_t D, int64_t Dv, const AttentionOptions& opt, int threads = 0);
+// Flash attention backward: dq, dk, dv written whole (GQA: dk, dv summed over each group's
+// heads), from the forward's o and lse; scores recomputed in tiles (no T x T buffer). Bitwise
+// the same for any thread count.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* o, const float* lse,
+                        int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t kv_heads,
+                        int64_t D, int64_t Dv, const AttentionOptions& opt, int threads = 0);
+void attention_backward(bf16_t* dq, bf16_t* dk, bf16_t* dv, const bf16_t* dout, const bf16_t* q,
+                        const bf16_t* k, const bf16_t* v, const bf16_t* o, const float* lse,
+                        int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t kv_heads,
+                        int64_t D, int64_t Dv, const AttentionOptions& opt, int threads = 0);
+
 // ---- optimizer --------------------------------------------------------------------------
 // Sum of squares of n gradient values, as f64 (inf or NaN when g holds them: the loss scaler's
 // overflow check). The global norm for clipping is the sqrt of the sum over every parameter

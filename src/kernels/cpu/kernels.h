@@ -422,6 +422,24 @@ void attention_forward(const AttentionArgs& a, void* workspace);
 // Keys per tile chosen for these sizes: MM_BLOCK_SIZE if set, else from the cache sizes.
 int64_t attention_kv_block(int64_t head_dim, int64_t v_head_dim);
 
+// Attention backward (src/kernels/cpu/attention_backward.cc). f: the forward's arguments with
+// its outputs o and lse as inputs (not paged, no context_lens); dout like o; dq like q (dtype),
+// dk and dv like k and v (kv_dtype), written whole (GQA: dk, dv summed over each group's q heads).
+// Bitwise the same for any thread count.
+struct AttentionBackwardArgs {
+  AttentionArgs f;
+  const void* dout = nullptr;
+  int64_t do_sb = 0, do_sh = 0, do_ss = 0;
+  void* dq = nullptr;
+  int64_t dq_sb = 0, dq_sh = 0, dq_ss = 0;
+  void* dk = nullptr;
+  int64_t dk_sb = 0, dk_sh = 0, dk_ss = 0;
+  void* dv = nullptr;
+  int64_t dv_sb = 0, dv_sh = 0, dv_ss = 0;
+};
+size_t attention_backward_workspace(const AttentionBackwardArgs& a);
+void attention_backward(const AttentionBackwardArgs& a, void* workspace);
+
 namespace cpu {
 // Registers every CPU kernel with the op registry (called once, on first lookup).
 void register_cpu_kernels();

@@ -1,9 +1,11 @@
 // The public free-function kernels (include/tboost/kernels/cpu.h): thin wrappers that fill
 // the internal argument structs for contiguous data.
+#include <cmath>
 #include <vector>
 
 #include "src/kernels/cpu/kernels.h"
 #include "tboost/core/context.h"
+#include "tboost/core/error.h"
 #include "tboost/kernels/cpu.h"
 
 namespace tboost::kernels::cpu {
@@ -196,6 +198,94 @@ double linear_cross_entropy(bf16_t* dx, float* dw, const bf16_t* x, const bf16_t
                             int64_t ignore_index, float label_smoothing, int64_t chunk_rows,
                             int threads) {
   return lce(dx, dw, x, w, labels, M, K, V, ignore_index, label_smoothing, chunk_rows, threads);
+}
+
+namespace {
+// The internal arguments of BSHD (or varlen packed) attention; o and lse as outputs or inputs.
+AttentionArgs attn_args(DType dt, const void* o, const float* lse, const void* q, const void* k,
+                        const void* v, int64_t batch, int64_t sq, int64_t sk, int64_t heads,
+                        int64_t kv_heads, int64_t D, int64_t Dv, const AttentionOptions& opt,
+                        int threads) {
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || D <= 0 || Dv <= 0 || batch < 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "attention: heads must be a positive multiple of kv_heads, head dims positive");
+  if (opt.mask && opt.cu_seqlens_q)
+    throw Error(ErrorCode::kUnsupported, "attention: a mask with varlen is not supported");
+  if (!opt.cu_seqlens_q != !opt.cu_seqlens_k)
+    throw Error(ErrorCode::kInvalidArgument,
+                "attention: cu_seqlens_q and cu_seqlens_k must be given together");
+  AttentionArgs a;
+  a.o = const_cast<void*>(o);
+  a.q = q, a.k = k, a.v = v, a.lse = const_cast<float*>(lse);
+  a.dtype = a.kv_dtype = dt;
+  a.batch = batch, a.heads = heads, a.kv_heads = kv_heads, a.head_dim = D, a.v_head_dim = Dv;
+  a.sq = sq, a.sk = sk;
+  a.q_ss = heads * D, a.q_sh = D, a.q_sb = sq * heads * D;
+  a.o_ss = heads * Dv, a.o_sh = Dv, a.o_sb = sq * heads * Dv;
+  a.k_ss = kv_heads * D, a.k_sh = D, a.k_sb = sk * kv_heads * D;
+  a.v_ss = kv_heads * Dv, a.v_sh = Dv, a.v_sb = sk * kv_heads * Dv;
+  if (opt.cu_seqlens_q) {
+    a.cu_q = opt.cu_seqlens_q, a.cu_k = opt.cu_seqlens_k, a.sq_is_bound = true;
+    const int64_t total_q = opt.cu_seqlens_q[batch];
+    a.lse_ss = 1, a.lse_sh = total_q, a.lse_sb = 0;
+  } else {
+    a.lse_ss = 1, a.lse_sh = sq, a.lse_sb = heads * sq;
+  }
+  a.scale = opt.scale != 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(D));
+  a.causal = opt.causal, a.window_left = opt.window_left, a.window_right = opt.window_right;
+  a.alibi = opt.alibi_slopes, a.mask = opt.mask, a.mask_sb = sq * sk, a.mask_si = sk;
+  a.threads = threads_or_all(threads);
+  return a;
+}
+
+template <class T>
+void attn_fwd(T* o, float* lse, const T* q, const T* k, const T* v, int64_t batch, int64_t sq,
+              int64_t sk, int64_t heads, int64_t kv_heads, int64_t D, int64_t Dv,
+              const AttentionOptions& opt, int threads) {
+  const AttentionArgs a = attn_args(dtype_of<T>::value, o, lse, q, k, v, batch, sq, sk, heads,
+                                    kv_heads, D, Dv, opt, threads);
+  std::vector<char> ws(attention_workspace(a) + 64);
+  attention_forward(
+      a, reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t{63}));
+}
+
+template <class T>
+void attn_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* o,
+              const float* lse, int64_t batch, int64_t sq, int64_t sk, int64_t heads,
+              int64_t kv_heads, int64_t D, int64_t Dv, const AttentionOptions& opt, int threads) {
+  AttentionBackwardArgs b;
+  b.f = attn_args(dtype_of<T>::value, o, lse, q, k, v, batch, sq, sk, heads, kv_heads, D, Dv, opt,
+                  threads);
+  b.dout = dout, b.do_sb = b.f.o_sb, b.do_sh = b.f.o_sh, b.do_ss = b.f.o_ss;
+  b.dq = dq, b.dq_sb = b.f.q_sb, b.dq_sh = b.f.q_sh, b.dq_ss = b.f.q_ss;
+  b.dk = dk, b.dk_sb = b.f.k_sb, b.dk_sh = b.f.k_sh, b.dk_ss = b.f.k_ss;
+  b.dv = dv, b.dv_sb = b.f.v_sb, b.dv_sh = b.f.v_sh, b.dv_ss = b.f.v_ss;
+  std::vector<char> ws(attention_backward_workspace(b) + 64);
+  attention_backward(b, ws.data());
+}
+}  // namespace
+
+void attention_forward(float* o, float* lse, const float* q, const float* k, const float* v,
+                       int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t kv_heads,
+                       int64_t D, int64_t Dv, const AttentionOptions& opt, int threads) {
+  attn_fwd(o, lse, q, k, v, batch, sq, sk, heads, kv_heads, D, Dv, opt, threads);
+}
+void attention_forward(bf16_t* o, float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                       int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t kv_heads,
+                       int64_t D, int64_t Dv, const AttentionOptions& opt, int threads) {
+  attn_fwd(o, lse, q, k, v, batch, sq, sk, heads, kv_heads, D, Dv, opt, threads);
+}
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* o, const float* lse,
+                        int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t kv_heads,
+                        int64_t D, int64_t Dv, const AttentionOptions& opt, int threads) {
+  attn_bwd(dq, dk, dv, dout, q, k, v, o, lse, batch, sq, sk, heads, kv_heads, D, Dv, opt, threads);
+}
+void attention_backward(bf16_t* dq, bf16_t* dk, bf16_t* dv, const bf16_t* dout, const bf16_t* q,
+                        const bf16_t* k, const bf16_t* v, const bf16_t* o, const float* lse,
+                        int64_t batch, int64_t sq, int64_t sk, int64_t heads, int64_t kv_heads,
+                        int64_t D, int64_t Dv, const AttentionOptions& opt, int threads) {
+  attn_bwd(dq, dk, dv, dout, q, k, v, o, lse, batch, sq, sk, heads, kv_heads, D, Dv, opt, threads);
 }
 
 double grad_sum_squares(const float* g, int64_t n, int threads) {

@@ -131,5 +131,10 @@ struct AttentionMask {
 // key (its o row is 0).
 void attention(RefOut* o, Vec* lse, const Vec& q, const Vec& k, const Vec& v, int64_t Sq,
                int64_t Sk, int64_t D, int64_t Dv, double scale, const AttentionMask& m);
+// Its gradients for the output gradient dout (Sq, Dv): dq (Sq, D), dk (Sk, D), dv (Sk, Dv),
+// through the exact probabilities (dS = P ∘ (dO·Vᵀ - rowsum(dO ∘ O))).
+void attention_backward(RefOut* dq, RefOut* dk, RefOut* dv, const Vec& q, const Vec& k,
+                        const Vec& v, const Vec& dout, int64_t Sq, int64_t Sk, int64_t D,
+                        int64_t Dv, double scale, const AttentionMask& m);
 
 }  // namespace tboost::kernels::ref
