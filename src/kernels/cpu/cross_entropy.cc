@@ -130,7 +130,7 @@ double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
   // chunk, so both products stay native.
   std::vector<char> z16(wt != DType::kF32 ? static_cast<size_t>(chunk * V) * dtype_size(wt) : 0);
   std::vector<double> loss(static_cast<size_t>(M));
-  const float inv_valid = 1.0f / static_cast<float>(valid);
+  const float inv_valid = a.grad_scale / static_cast<float>(valid);
   for (int64_t r0 = 0; r0 < M; r0 += chunk) {
     const int64_t c = std::min(chunk, M - r0);
     const char* xc = static_cast<const char*>(a.x) + static_cast<size_t>(r0 * K) * xe;

@@ -159,6 +159,9 @@ struct LinearCrossEntropyArgs {
   int64_t ignore_index = -100;
   float label_smoothing = 0.0f;
   int64_t chunk_rows = 0;
+  // Multiplies the gradients (not the loss): a micro-batch's share of the global batch's
+  // labels, times the loss scale.
+  float grad_scale = 1.0f;
   int threads = 1;
   bool ftz = true;
 };
