@@ -61,6 +61,49 @@ if [ -n "${TBOOST_SMOLLM2_DIR:-}" ]; then
   $TB generate -m "$TBOOST_SMOLLM2_DIR" --chat -p "Say hello." -n 8 --temperature 0.7 --top-p 0.9 --seed 1 >/dev/null
   $TB embed -m "$TBOOST_MINILM_DIR" "one" "two" --json >/dev/null
 fi
+# Training: an interrupted run (--stop-after, then kill -9 mid-run) resumed from its atomic
+# checkpoint follows the uninterrupted run's loss curve exactly; generate reads the result.
+python3 - "$TB" <<'PY'
+import json, os, shutil, signal, subprocess, sys, time
+tb = sys.argv[1]
+args = ["train", "--config", "llama-tiny", "--data", "README.md", "--batch", "4", "--seq", "64",
+        "--lr", "3e-3", "--warmup", "3", "--threads", "2"]
+def run(out, steps, extra=(), log=None):
+    cmd = [tb] + args + ["--out", out, "--steps", str(steps)] + list(extra)
+    if log: cmd += ["--log", log]
+    return cmd
+def losses(log):
+    d = {}
+    for line in open(log):
+        j = json.loads(line); d[j["step"]] = j["loss"]
+    return d
+for p in ["build/tr_a", "build/tr_b", "build/tr_c", "build/tr_d"]:
+    shutil.rmtree(p, ignore_errors=True)
+for f in ["build/tr_a.jsonl", "build/tr_b.jsonl", "build/tr_c.jsonl", "build/tr_d.jsonl"]:
+    if os.path.exists(f): os.remove(f)
+subprocess.run(run("build/tr_a", 24, log="build/tr_a.jsonl"), check=True, capture_output=True)
+subprocess.run(run("build/tr_b", 24, ["--stop-after", "10", "--save-every", "4"], "build/tr_b.jsonl"), check=True, capture_output=True)
+subprocess.run(run("build/tr_b", 24, ["--resume", "--save-every", "4"], "build/tr_b.jsonl"), check=True, capture_output=True)
+a, b = losses("build/tr_a.jsonl"), losses("build/tr_b.jsonl")
+if a != b: sys.exit(f"resume after --stop-after changed the loss curve: {a} vs {b}")
+# kill -9 while checkpoints are being written, then resume
+long = 600
+p = subprocess.Popen(run("build/tr_c", long, ["--save-every", "1"], "build/tr_c.jsonl"), stderr=subprocess.DEVNULL)
+time.sleep(1.0)
+p.send_signal(signal.SIGKILL); p.wait()
+done = max(losses("build/tr_c.jsonl")) if os.path.exists("build/tr_c.jsonl") else 0
+r = subprocess.run(run("build/tr_c", long, ["--resume", "--save-every", "50"], "build/tr_c.jsonl"), capture_output=True, text=True)
+if r.returncode != 0: sys.exit("resume after kill -9 failed: " + r.stderr)
+if done >= long: sys.exit("the run finished before the kill; make it longer")
+subprocess.run(run("build/tr_d", long, ["--save-every", "50"], "build/tr_d.jsonl"), check=True, capture_output=True)
+c, d = losses("build/tr_c.jsonl"), losses("build/tr_d.jsonl")
+if c != d: sys.exit("resume after kill -9 changed the loss curve")
+print(f"train: killed at step ~{done}, resumed, {long} steps identical to an uninterrupted run")
+g = subprocess.run([tb, "generate", "-m", "build/tr_c/checkpoint", "-p", "The ", "-n", "8"], capture_output=True, text=True)
+if g.returncode != 0: sys.exit("generate from the trained checkpoint failed: " + g.stderr)
+PY
+$TB bench --train --config llama-tiny --batch 2 --seq 32 -r 1 --json >/dev/null
+$TB bench --train --config gpt2-tiny --batch 2 --seq 32 --micro-batch 1 --checkpointing --dtype bf16 -r 1 >/dev/null
 # Bad input: a one-line error on stderr and a non-zero exit, never a crash.
 expect_fail() {
   if "$@" >/dev/null 2>build/err.txt; then echo "expected failure: $*" >&2; exit 1; fi
@@ -77,6 +120,8 @@ expect_fail $TB perplexity -m tests/data/models/llama_tiny --ids build/bad_ids.t
 mkdir -p build/bad_model && cp tests/data/models/llama_tiny/config.json build/bad_model/
 head -c 1000 tests/data/models/llama_tiny/model.safetensors > build/bad_model/model.safetensors
 expect_fail $TB perplexity -m build/bad_model --ids build/ids.txt
+expect_fail $TB train --config llama-tiny --data /nonexistent.txt --out build/tr_bad --steps 2
+expect_fail $TB train --config llama-tiny --data build/ids.txt --out build/tr_bad --steps 2 --seq 64
 
 echo "== install + consumer example"
 rm -rf build/install build/consumer

@@ -839,7 +839,8 @@ size_t Trainer::state_bytes() const {
   return static_cast<size_t>(impl_->total) * 4 * 4 + (impl_->p16.data() ? impl_->p16.nbytes() : 0);
 }
 
-void Trainer::save(const std::string& dir, const std::string& extra_json) const {
+void Trainer::save(const std::string& dir, const std::string& extra_json,
+                   const std::map<std::string, std::string>& extra_files) const {
   namespace fs = std::filesystem;
   const Impl& s = *impl_;
   const std::string tmp = dir + ".tmp";
@@ -858,6 +859,7 @@ void Trainer::save(const std::string& dir, const std::string& extra_json) const 
   model::save_safetensors(tmp + "/model.safetensors", weights);
   model::save_safetensors(tmp + "/optimizer.safetensors", state);
   write_text_atomic(tmp + "/config.json", s.config_text);
+  for (const auto& [name, text] : extra_files) write_text_atomic(tmp + "/" + name, text);
   nlohmann::json j;
   j["step"] = s.step, j["adam_step"] = s.adam_t;
   j["loss_scale"] = s.scaler.scale(), j["clean_steps"] = s.scaler.clean_steps();

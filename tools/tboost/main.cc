@@ -16,6 +16,7 @@
 #include "tools/tboost/model_bench.h"
 #include "tools/tboost/optimize_cmd.h"
 #include "tools/tboost/text_cmds.h"
+#include "tools/tboost/train_cmd.h"
 
 namespace {
 
@@ -104,6 +105,65 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   bench->add_flag("--json", margs.json, "Print one JSON object");
   bench->add_flag("--mmap", margs.mmap, "Map the weights instead of reading them into memory");
+  bool train_bench = false;
+  tboost::tools::TrainBenchArgs targs_b;
+  bench->add_flag("--train", train_bench,
+                  "Time training steps instead (step time, tokens/s, memory, matmul floor)");
+  bench->add_option("--batch", targs_b.batch, "--train: sequences per step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  bench->add_option("--seq", targs_b.seq, "--train: tokens per sequence")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  bench
+      ->add_option("--micro-batch", targs_b.micro_batch,
+                   "--train: sequences per micro-batch (0 = the whole batch)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  bench->add_flag("--checkpointing", targs_b.checkpointing,
+                  "--train: gradient checkpointing (recompute each layer in backward)");
+
+  tboost::tools::TrainArgs trargs;
+  auto* train = app.add_subcommand("train", "Train a causal LM on a text file (f32 or bf16)");
+  auto* tcfg =
+      train->add_option("--config", trargs.config,
+                        "Built-in config with random weights (llama-110m, gpt2-small, ...)");
+  auto* tmodel = train->add_option("--model", trargs.model, "Checkpoint directory to start from");
+  tcfg->excludes(tmodel);
+  train->add_option("--data", trargs.data, "Training text file")->required();
+  train->add_option("--out", trargs.out, "Output directory (OUT/checkpoint)")->required();
+  train->add_option("--steps", trargs.steps, "Optimizer steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train->add_option("--batch", trargs.batch, "Sequences per step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  train->add_option("--seq", trargs.seq, "Tokens per sequence")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  train->add_option("--micro-batch", trargs.micro_batch, "Sequences per micro-batch (0 = all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  train->add_flag("--checkpointing", trargs.checkpointing, "Gradient checkpointing");
+  train->add_option("--dtype", trargs.dtype, "f32, or bf16 (autocast, f32 master weights)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  train->add_option("--tokens", trargs.tokens, "auto, byte or model (the model's tokenizer)")
+      ->check(CLI::IsMember({"auto", "byte", "model"}));
+  train->add_option("--lr", trargs.lr, "Peak learning rate")->check(CLI::PositiveNumber);
+  train->add_option("--warmup", trargs.warmup, "Warmup steps")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  train->add_option("--min-lr-ratio", trargs.min_lr_ratio, "Cosine floor as a fraction of --lr")
+      ->check(CLI::Range(0.0, 1.0));
+  train->add_option("--weight-decay", trargs.weight_decay, "AdamW weight decay")
+      ->check(CLI::Range(0.0, 10.0));
+  train->add_option("--clip", trargs.clip, "Clip by global gradient norm (0 = off)")
+      ->check(CLI::Range(0.0, 1e9));
+  train->add_option("--save-every", trargs.save_every, "Checkpoint every N steps (0 = at the end)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  train->add_flag("--resume", trargs.resume, "Continue from OUT/checkpoint");
+  train
+      ->add_option("--stop-after", trargs.stop_after,
+                   "Stop after N steps of this run (with a checkpoint); --resume continues")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  train->add_flag("--loss-scaling", trargs.loss_scaling,
+                  "Dynamic loss scaling (2^16 start, skip steps with inf/NaN gradients)");
+  train->add_option("--log", trargs.log, "Append one JSON line per step to this file");
+  train->add_option("--threads,-t", trargs.threads, "Threads (0 = all cores)")
+      ->check(CLI::Range(0, 4096));
+  train->add_option("--seed", trargs.seed, "Seed of the random initial weights (--config)");
 
   auto common = [](CLI::App* c, tboost::tools::CommonModelArgs& m) {
     c->add_option("--model,-m", m.model,
@@ -170,6 +230,12 @@ int main(int argc, char** argv) {
       std::cout << ctx.report();
     } else if (*generate) {
       return tboost::tools::run_generate(gargs);
+    } else if (*train) {
+      if (trargs.config.empty() == trargs.model.empty()) {
+        std::fprintf(stderr, "tboost: error: train needs --config NAME or --model DIR\n");
+        return 2;
+      }
+      return tboost::tools::run_train(trargs);
     } else if (*embed) {
       return tboost::tools::run_embed(eargs);
     } else if (*tokenize) {
@@ -180,6 +246,12 @@ int main(int argc, char** argv) {
       if (margs.config.empty() == margs.model.empty()) {
         std::fprintf(stderr, "tboost: error: bench needs --config NAME or --model DIR\n");
         return 2;
+      }
+      if (train_bench) {
+        targs_b.config = margs.config, targs_b.model = margs.model, targs_b.dtype = margs.dtype;
+        targs_b.threads = margs.threads, targs_b.json = margs.json;
+        targs_b.reps = margs.reps;
+        return tboost::tools::run_train_bench(targs_b);
       }
       return tboost::tools::run_model_bench(margs);
     } else if (*optimize) {

@@ -1,5 +1,5 @@
-// `tboost generate`, `tboost embed`, `tboost perplexity`, `tboost tokenize`: a real checkpoint end to end
-// (tokenizer, model, sampling), see text_cmds.cc.
+// `tboost generate`, `tboost embed`, `tboost perplexity`, `tboost tokenize`: a real checkpoint end
+// to end (tokenizer, model, sampling), see text_cmds.cc.
 #pragma once
 
 #include <cstdint>

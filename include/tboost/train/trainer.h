@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,8 +116,11 @@ class Trainer {
   // A checkpoint directory loadable by OptimizedTransformer::from_pretrained (config.json,
   // model.safetensors in f32) plus the optimizer state (optimizer.safetensors,
   // trainer_state.json: step, loss scale, `extra` for the caller, e.g. the data position).
-  // Written into dir + ".tmp" and renamed into place: a crash never leaves a partial dir.
-  void save(const std::string& dir, const std::string& extra_json = "{}") const;
+  // extra_files (name -> contents, e.g. a tokenizer) go into the same directory. Written into
+  // dir + ".tmp" and swapped into place (the old one moved to dir + ".old" first, removed
+  // after): a crash never leaves a partial dir, and one of dir / dir + ".old" is always whole.
+  void save(const std::string& dir, const std::string& extra_json = "{}",
+            const std::map<std::string, std::string>& extra_files = {}) const;
   // Restores weights, moments, step and loss scale from save()'s dir; returns its extra JSON.
   std::string load_state(const std::string& dir);
 
