@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "src/core/parallel.h"
 #include "src/kernels/cpu/kernels.h"
 #include "src/ops/dnnl_util.h"
 #include "tboost/core/error.h"
@@ -70,21 +71,35 @@ std::shared_ptr<dnnl::matmul> primitive(const Key& k) {
   return p;
 }
 
-// An operand widened to a contiguous f32 (rows, cols) copy.
-std::vector<float> widen(const void* p, DType t, int64_t rows, int64_t cols, int64_t rs,
-                         int64_t cs) {
-  std::vector<float> out(static_cast<size_t>(rows * cols));
+// Grow-only per-thread f32 scratch (a fresh multi-MB vector per call would page-fault every
+// time). Slot 0: a, 1: b, 2: y.
+float* scratch(int slot, size_t n) {
+  thread_local std::vector<float> buf[3];
+  std::vector<float>& v = buf[slot];
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// An operand op(p) (rows, cols) with element strides (rs, cs), one of them 1, widened to f32 in
+// its stored orientation (whole stored rows converted at once, in parallel): returns the copy
+// and sets the copy's strides. A transposed operand stays transposed (strides swapped), so the
+// copy is a plain row-by-row conversion.
+const float* widen(int slot, const void* p, DType t, int64_t rows, int64_t cols, int64_t* rs,
+                   int64_t* cs, int threads) {
+  const bool row_major = *cs == 1;
+  const int64_t srows = row_major ? rows : cols, scols = row_major ? cols : rows;
+  const int64_t ld = row_major ? *rs : *cs;
+  float* out = scratch(slot, static_cast<size_t>(rows * cols));
   const size_t es = dtype_size(t);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (cs == 1) {
-      convert(out.data() + r * cols, DType::kF32,
-              static_cast<const char*>(p) + static_cast<size_t>(r * rs) * es, t, cols);
-    } else {
-      for (int64_t c = 0; c < cols; ++c)
-        convert(out.data() + r * cols + c, DType::kF32,
-                static_cast<const char*>(p) + static_cast<size_t>(r * rs + c * cs) * es, t, 1);
-    }
-  }
+  parallel_for(threads, srows, 64, true, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      convert(out + r * scols, DType::kF32,
+              static_cast<const char*>(p) + static_cast<size_t>(r * ld) * es, t, scols);
+  });
+  if (row_major)
+    *rs = cols, *cs = 1;
+  else
+    *rs = 1, *cs = rows;
   return out;
 }
 
@@ -126,36 +141,39 @@ void gemm(const GemmArgs& g) {
   };
   try {
     if (auto p = primitive(k)) return run(p, k, g.a, g.b, g.y);
-    // No native matmul for these dtypes: widen the 16-bit operands to contiguous f32.
-    std::vector<float> a32, b32;
+    // No native matmul for these dtypes: widen the 16-bit operands to f32.
     const void* a = g.a;
     const void* b = g.b;
     Key f = k;
     if (g.a_dtype != DType::kF32) {
-      a32 = widen(g.a, g.a_dtype, g.M, g.K, ars, acs);
-      a = a32.data(), f.at = DType::kF32, f.ars = g.K, f.acs = 1;
+      a = widen(0, g.a, g.a_dtype, g.M, g.K, &f.ars, &f.acs, threads);
+      f.at = DType::kF32;
     }
     if (g.b_dtype != DType::kF32) {
-      b32 = widen(g.b, g.b_dtype, g.K, g.N, brs, bcs);
-      b = b32.data(), f.bt = DType::kF32, f.brs = g.N, f.bcs = 1;
+      b = widen(1, g.b, g.b_dtype, g.K, g.N, &f.brs, &f.bcs, threads);
+      f.bt = DType::kF32;
     }
     if (auto p = primitive(f)) return run(p, f, a, b, g.y);
     // Nor for the output dtype: compute into f32 and round once.
-    std::vector<float> y32(static_cast<size_t>(g.M * g.N));
+    float* y32 = scratch(2, static_cast<size_t>(g.M * g.N));
     const size_t ye = dtype_size(g.y_dtype);
     auto yrow = [&](int64_t r) {
       return static_cast<char*>(g.y) + static_cast<size_t>(r * g.ldy) * ye;
     };
     if (g.accumulate)
-      for (int64_t r = 0; r < g.M; ++r)
-        convert(y32.data() + r * g.N, DType::kF32, yrow(r), g.y_dtype, g.N);
+      parallel_for(threads, g.M, 64, true, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          convert(y32 + r * g.N, DType::kF32, yrow(r), g.y_dtype, g.N);
+      });
     Key f32 = f;
     f32.yt = DType::kF32, f32.ldy = g.N;
     auto p = primitive(f32);
     if (!p) throw Error(ErrorCode::kUnsupported, "gemm: oneDNN has no f32 matmul for this case");
-    run(p, f32, a, b, y32.data());
-    for (int64_t r = 0; r < g.M; ++r)
-      convert(yrow(r), g.y_dtype, y32.data() + r * g.N, DType::kF32, g.N);
+    run(p, f32, a, b, y32);
+    parallel_for(threads, g.M, 64, true, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        convert(yrow(r), g.y_dtype, y32 + r * g.N, DType::kF32, g.N);
+    });
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInternal, std::string("gemm: oneDNN failed: ") + e.what());
   }
