@@ -289,9 +289,7 @@ struct Trainer::Impl {
   void plan(int64_t Mb, int64_t T) {
     if (Mb == arena_M && T == arena_T && opt.checkpointing == arena_ckpt) return;
     const int64_t M = Mb * T, e = static_cast<int64_t>(es());
-    std::vector<std::pair<char**, size_t>> want;
     size_t off = 0;
-    std::vector<size_t> offs;
     auto take = [&](size_t bytes) {
       const size_t o = off;
       off += align64(bytes);
@@ -360,9 +358,9 @@ struct Trainer::Impl {
     // oneDNN has no matmul for A) is not in the arena but counts as activation memory.
     const int64_t chunk =
         std::min<int64_t>(M, std::clamp<int64_t>((int64_t{32} << 20) / (V * 4), 16, 4096));
-    scratch_bytes =
-        static_cast<size_t>(chunk * V) * 4 * (A == DType::kF32 ? 1 : 2) / 1 +
-        (A != DType::kF32 && !k::gemm_has_native(A) ? static_cast<size_t>(V * C) * 4 : 0);
+    const bool native16 = A != DType::kF32 && k::gemm_has_native(A);
+    scratch_bytes = static_cast<size_t>(chunk * V) * (native16 ? 6 : 4) +
+                    (A != DType::kF32 && !native16 ? static_cast<size_t>(V * C) * 4 : 0);
   }
 
   // Attention over set s's qkv (rows of QW) for Mb sequences of T tokens.
