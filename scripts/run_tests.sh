@@ -121,6 +121,7 @@ mkdir -p build/bad_model && cp tests/data/models/llama_tiny/config.json build/ba
 head -c 1000 tests/data/models/llama_tiny/model.safetensors > build/bad_model/model.safetensors
 expect_fail $TB perplexity -m build/bad_model --ids build/ids.txt
 expect_fail $TB train --config llama-tiny --data /nonexistent.txt --out build/tr_bad --steps 2
+expect_fail $TB train --config llama-tiny --data README.md --out build/tr_b --steps 24 --batch 2 --seq 64 --resume
 expect_fail $TB train --config llama-tiny --data build/ids.txt --out build/tr_bad --steps 2 --seq 64
 
 echo "== install + consumer example"

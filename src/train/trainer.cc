@@ -132,7 +132,10 @@ std::string config_json(const ModelConfig& c) {
     j["n_embd"] = c.hidden, j["n_layer"] = c.layers, j["n_head"] = c.heads;
     j["n_inner"] = c.ffn, j["n_positions"] = c.max_positions;
     j["layer_norm_epsilon"] = c.norm_eps;
-    j["activation_function"] = c.hidden_act;
+    // Hugging Face's names (the config keeps ours: gelu_tanh, gelu_erf).
+    j["activation_function"] = c.hidden_act == "gelu_tanh"  ? "gelu_new"
+                               : c.hidden_act == "gelu_erf" ? "gelu"
+                                                            : c.hidden_act;
     j["tie_word_embeddings"] = true;
   } else {
     j["model_type"] = c.model_type;
@@ -223,6 +226,9 @@ struct Trainer::Impl {
       throw Error(ErrorCode::kUnsupported, std::string("training: the ") +
                                                model::family_name(c.family) +
                                                " family is not a causal LM we train");
+    if (c.family == Family::kLlama && c.mlp_bias)
+      throw Error(ErrorCode::kUnsupported,
+                  "training: LLaMA-family MLP biases (mlp_bias) are not supported");
     act = activation_of(c);
     QW = (H + 2 * Hkv) * D;
     UW = gpt2 ? F : 2 * F;
@@ -261,6 +267,7 @@ struct Trainer::Impl {
           lp.qkv.push_back({w, b, col[i]});
         }
         lp.wo = add(p + "self_attn.o_proj.weight", {C, H * D});
+        if (c.o_bias) lp.bo = add(p + "self_attn.o_proj.bias", {C});
         lp.ln2_w = add(p + "post_attention_layernorm.weight", {C});
         lp.up.push_back({add(p + "mlp.gate_proj.weight", {F, C}), -1, 0});
         lp.up.push_back({add(p + "mlp.up_proj.weight", {F, C}), -1, F});
@@ -287,7 +294,9 @@ struct Trainer::Impl {
   // ---- arena ---------------------------------------------------------------------------------
 
   void plan(int64_t Mb, int64_t T) {
-    if (Mb == arena_M && T == arena_T && opt.checkpointing == arena_ckpt) return;
+    // The arena of a larger micro-batch serves a smaller one (every stride depends on T only),
+    // so an uneven last micro-batch does not re-plan.
+    if (Mb <= arena_M && T == arena_T && opt.checkpointing == arena_ckpt) return;
     const int64_t M = Mb * T, e = static_cast<int64_t>(es());
     size_t off = 0;
     auto take = [&](size_t bytes) {
@@ -323,6 +332,7 @@ struct Trainer::Impl {
     ab.f = attn_args(nullptr, Mb, T);
     const size_t aws = std::max(k::attention_workspace(ab.f), k::attention_backward_workspace(ab));
     const size_t ws_o = take(aws + 64);
+    arena_M = -1;  // no stale plan if the allocation below throws
     arena = Tensor();
     arena = Tensor::empty(DType::kU8, {static_cast<int64_t>(off)});
     char* base = static_cast<char*>(arena.data());
@@ -630,6 +640,7 @@ struct Trainer::Impl {
     for (int64_t i = 0; i < B * T; ++i) total_valid += labels[i] != -100;
     if (backward) std::memset(grad.data(), 0, static_cast<size_t>(total) * 4);
     if (total_valid == 0) return 0.0;
+    plan(mb, T);
     double loss = 0.0;
     for (int64_t b0 = 0; b0 < B; b0 += mb) {
       const int64_t n = std::min(mb, B - b0);
@@ -656,6 +667,7 @@ std::unique_ptr<Trainer::Impl> make_impl(const ModelConfig& c, const TrainOption
     throw Error(
         ErrorCode::kInvalidArgument,
         std::string("training: compute dtype must be f32 or bf16, got ") + dtype_name(o.compute));
+  c.validate("training config");
   auto impl = std::make_unique<Trainer::Impl>();
   impl->cfg = c;
   impl->opt = o;
@@ -726,10 +738,11 @@ const TrainOptions& Trainer::options() const { return impl_->opt; }
 void Trainer::set_options(const TrainOptions& o) {
   if (o.compute != impl_->A)
     throw Error(ErrorCode::kInvalidArgument, "set_options: the compute dtype cannot change");
-  const bool was = impl_->opt.loss_scaling;
+  const TrainOptions was = impl_->opt;
   impl_->opt = o;
   impl_->threads = o.threads > 0 ? o.threads : available_cores();
-  if (o.loss_scaling != was)
+  if (o.loss_scaling != was.loss_scaling || o.initial_loss_scale != was.initial_loss_scale ||
+      o.growth_interval != was.growth_interval)
     impl_->scaler = LossScaler(o.loss_scaling ? o.initial_loss_scale : 1.0f, o.growth_interval);
   impl_->arena_M = -1;  // threads or checkpointing may have changed the plan
 }
@@ -749,6 +762,12 @@ StepStats Trainer::step(const int32_t* ids, const int32_t* labels, int64_t batch
   st.loss_scale = scale;
   st.loss = s.run(ids, labels, batch, seq, true, scale);
   for (int64_t i = 0; i < batch * seq; ++i) st.tokens += labels[i] != -100;
+  if (st.tokens == 0) {  // nothing to learn from: no update, no decay, no moment change
+    ++s.step;
+    st.lr = scheduled_lr(s.opt, s.step);
+    st.skipped = true;
+    return st;
+  }
   double ss = 0.0;
   for (const ParamInfo& p : s.params)
     ss += k::sum_squares(s.grad.data_as<float>() + p.off, p.n, s.threads);
@@ -837,10 +856,12 @@ size_t Trainer::state_bytes() const {
   return static_cast<size_t>(impl_->total) * 4 * 4 + (impl_->p16.data() ? impl_->p16.nbytes() : 0);
 }
 
-void Trainer::save(const std::string& dir, const std::string& extra_json,
+void Trainer::save(const std::string& dir_in, const std::string& extra_json,
                    const std::map<std::string, std::string>& extra_files) const {
   namespace fs = std::filesystem;
   const Impl& s = *impl_;
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string tmp = dir + ".tmp";
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -864,10 +885,12 @@ void Trainer::save(const std::string& dir, const std::string& extra_json,
   j["compute"] = dtype_name(s.A);
   j["extra"] = nlohmann::json::parse(extra_json);
   write_text_atomic(tmp + "/trainer_state.json", j.dump(2) + "\n");
-  // Swap into place: the old checkpoint stays whole until the new one is.
+  // Swap into place; at every moment dir or dir.old is a whole checkpoint.
   const std::string old = dir + ".old";
-  fs::remove_all(old, ec);
-  if (fs::exists(dir)) fs::rename(dir, old);
+  if (fs::exists(dir)) {
+    fs::remove_all(old, ec);
+    fs::rename(dir, old);
+  }
   fs::rename(tmp, dir);
   fs::remove_all(old, ec);
 }
@@ -877,32 +900,44 @@ std::string Trainer::load_state(const std::string& dir) {
   const nlohmann::json j = nlohmann::json::parse(read_text(dir + "/trainer_state.json"));
   auto w = model::SafeTensors::open(dir + "/model.safetensors");
   auto st = model::SafeTensors::open(dir + "/optimizer.safetensors");
-  for (const ParamInfo& p : s.params) {
-    auto get = [&](model::SafeTensors& f, const std::string& name, int64_t n) {
-      if (!f.has(name))
-        throw Error(ErrorCode::kInvalidArgument, dir + ": missing tensor \"" + name + "\"");
-      const Tensor t = f.tensor(name);
-      if (t.numel() != n || t.dtype() != DType::kF32)
-        throw Error(ErrorCode::kInvalidArgument, dir + ": tensor \"" + name + "\" does not match");
-      return static_cast<const float*>(t.data());
-    };
-    const float* src = get(*w, p.name, p.n);
+  // Every tensor is checked before anything is overwritten: a bad checkpoint leaves the
+  // trainer as it was.
+  auto get = [&](model::SafeTensors& f, const std::string& name, const Shape& shape) {
+    if (!f.has(name))
+      throw Error(ErrorCode::kInvalidArgument, dir + ": missing tensor \"" + name + "\"");
+    const Tensor t = f.tensor(name);
+    if (t.shape() != shape || t.dtype() != DType::kF32)
+      throw Error(ErrorCode::kInvalidArgument,
+                  dir + ": tensor \"" + name + "\" is " + dtype_name(t.dtype()) + " " +
+                      t.desc().shape_string() + ", the model needs F32 " +
+                      TensorDesc::contiguous(DType::kF32, shape).shape_string());
+    return static_cast<const float*>(t.data());
+  };
+  struct Src {
+    const float *w, *m, *v;
+  };
+  std::vector<Src> src;
+  for (const ParamInfo& p : s.params)
+    src.push_back({get(*w, p.name, Shape(p.shape.begin(), p.shape.end())),
+                   get(*st, "m." + p.name, {p.n}), get(*st, "v." + p.name, {p.n})});
+  const int64_t step = j.at("step").get<int64_t>(), adam_step = j.at("adam_step").get<int64_t>();
+  const float loss_scale = j.at("loss_scale").get<float>();
+  const int64_t clean = j.at("clean_steps").get<int64_t>();
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const ParamInfo& p = s.params[i];
     float* d = s.master.data_as<float>() + p.off;
     if (p.transposed) {
       const int64_t in = p.shape[0], o = p.shape[1];
-      for (int64_t i = 0; i < in; ++i)
-        for (int64_t jj = 0; jj < o; ++jj) d[jj * in + i] = src[i * o + jj];
+      for (int64_t r = 0; r < in; ++r)
+        for (int64_t c = 0; c < o; ++c) d[c * in + r] = src[i].w[r * o + c];
     } else {
-      std::copy(src, src + p.n, d);
+      std::copy(src[i].w, src[i].w + p.n, d);
     }
-    const float* mm = get(*st, "m." + p.name, p.n);
-    const float* vv = get(*st, "v." + p.name, p.n);
-    std::copy(mm, mm + p.n, s.m.data_as<float>() + p.off);
-    std::copy(vv, vv + p.n, s.v.data_as<float>() + p.off);
+    std::copy(src[i].m, src[i].m + p.n, s.m.data_as<float>() + p.off);
+    std::copy(src[i].v, src[i].v + p.n, s.v.data_as<float>() + p.off);
   }
-  s.step = j.at("step").get<int64_t>();
-  s.adam_t = j.at("adam_step").get<int64_t>();
-  s.scaler.restore(j.at("loss_scale").get<float>(), j.at("clean_steps").get<int64_t>());
+  s.step = step, s.adam_t = adam_step;
+  s.scaler.restore(loss_scale, clean);
   s.sync_compute_copy();
   return j.at("extra").dump();
 }

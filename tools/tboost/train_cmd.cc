@@ -176,6 +176,19 @@ int run_train(const TrainArgs& a) {
       if (fs::exists(tok_dir + "/" + f)) files[f] = slurp(tok_dir + "/" + f);
   }
   const int64_t N = static_cast<int64_t>(tok.size());
+  for (int64_t i = 0; i < N; ++i)
+    if (tok[static_cast<size_t>(i)] < 0 || tok[static_cast<size_t>(i)] >= c.vocab)
+      throw Error(ErrorCode::kInvalidArgument,
+                  a.data + ": token " + std::to_string(i) + " has id " +
+                      std::to_string(tok[static_cast<size_t>(i)]) + ", outside the model's " +
+                      std::to_string(c.vocab) + "-token vocabulary");
+  // What the data windows and the schedule depend on: a resumed run must match it exactly.
+  uint64_t hash = 1469598103934665603ull;
+  for (int32_t t : tok) hash = (hash ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  json run;
+  run["data_tokens"] = N, run["data_hash"] = std::to_string(hash);
+  run["batch"] = a.batch, run["seq"] = a.seq, run["steps"] = a.steps, run["warmup"] = a.warmup;
+  run["lr"] = a.lr, run["min_lr_ratio"] = a.min_lr_ratio, run["dtype"] = a.dtype;
   if (N < a.seq + 2)
     throw Error(ErrorCode::kInvalidArgument, a.data + ": " + std::to_string(N) +
                                                  " tokens, fewer than --seq + 2 (" +
@@ -184,22 +197,38 @@ int run_train(const TrainArgs& a) {
   int64_t start = 0;
   if (!resume_from.empty()) {
     const json extra = json::parse(tr->load_state(resume_from));
-    if (extra.value("data_tokens", int64_t{-1}) != N)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "--resume: " + a.data + " has " + std::to_string(N) +
-                      " tokens, the checkpoint was trained on " +
-                      std::to_string(extra.value("data_tokens", int64_t{-1})));
+    for (const auto& [key, want] : run.items())
+      if (!extra.contains(key) || extra[key] != want)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "--resume: " + key + " is " + want.dump() + " but the checkpoint's run had " +
+                        (extra.contains(key) ? extra[key].dump() : std::string("none")) +
+                        " (the same data and options continue the same loss curve)");
     start = tr->steps_done();
     std::fprintf(stderr, "resuming from %s at step %lld\n", resume_from.c_str(),
                  static_cast<long long>(start));
   }
+  if (a.resume && resume_from.empty())
+    std::fprintf(stderr, "--resume: no checkpoint in %s yet, starting at step 0\n", a.out.c_str());
   fs::create_directories(a.out);
   std::ofstream log;
-  if (!a.log.empty()) log.open(a.log, std::ios::app);
+  if (!a.log.empty()) {
+    // A resumed run drops the log lines of steps it will redo (those after the checkpoint).
+    std::string kept;
+    if (fs::exists(a.log)) {
+      std::istringstream in(slurp(a.log));
+      for (std::string line; std::getline(in, line);) {
+        const json j = json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.value("step", int64_t{0}) <= start) kept += line + "\n";
+      }
+    }
+    log.open(a.log, std::ios::trunc);
+    if (!log) throw Error(ErrorCode::kIo, "cannot write the log " + a.log);
+    log << kept << std::flush;
+  }
   const bool tty = isatty(2);
   auto save = [&]() {
-    json extra;
-    extra["data_tokens"] = N, extra["data"] = a.data, extra["tokens"] = bytes ? "byte" : "model";
+    json extra = run;
+    extra["tokens"] = bytes ? "byte" : "model";
     tr->save(ck, extra.dump(), files);
   };
   std::vector<int32_t> ids, labels;
