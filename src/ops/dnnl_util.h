@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <dnnl.hpp>
+#include <memory>
 #include <string>
 
 #include "src/ops/op_base.h"
@@ -34,6 +35,35 @@ class OmpThreads {
  private:
   int saved_;
 };
+
+// Every matmul runs with a scratchpad we pass in (scratchpad_mode::user). oneDNN's own mode
+// keeps one scratchpad per thread, sized when a primitive is created on that thread, so a
+// primitive executed on another thread (the two-stage executor's worker, the parallel tasks
+// of the attention backward sharing a cached gemm) may run over a smaller buffer: on AVX-512
+// CPUs, whose brgemm matmuls use the scratchpad, that gave wrong and thread-dependent results.
+// With the user mode a primitive is safe to run from any thread; each thread passes its own
+// grow-only buffer, used by one execution at a time.
+inline dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+// The calling thread's scratchpad for a primitive whose descriptor asks for md (grown as
+// needed; valid until this thread's next call).
+inline dnnl::memory thread_scratchpad(const dnnl::memory::desc& md, const dnnl::engine& eng) {
+  struct Buffer {
+    std::unique_ptr<char, void (*)(void*)> p{
+        nullptr, [](void* q) { ::operator delete[](q, std::align_val_t{64}); }};
+    size_t size = 0;
+  };
+  thread_local Buffer buf;
+  const size_t need = std::max<size_t>(md.get_size(), 1);
+  if (buf.size < need) {
+    buf.p.reset(static_cast<char*>(::operator new[](need, std::align_val_t{64})));
+    buf.size = need;
+  }
+  return dnnl::memory(md, eng, buf.p.get());
+}
 
 inline dnnl::memory::data_type dnnl_type(DType t) {
   switch (t) {

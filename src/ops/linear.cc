@@ -412,11 +412,12 @@ class LinearOp : public OpBase<LinearParam> {
                        res_md_);
       res_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
     }
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = user_scratchpad_attr();
     attr.set_post_ops(po);
     const dnnl::matmul::desc desc(src_md_, wq, bias_md_, dst_md_);
     const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
     wei_md_ = pd.weights_desc();
+    scratch_md_ = pd.scratchpad_desc();
     prim_ = dnnl::matmul(pd);
     plan_ = p;
 
@@ -528,6 +529,7 @@ class LinearOp : public OpBase<LinearParam> {
 
     void* yp = p.stage_y ? ws + p.off_y : y.data();
     args[DNNL_ARG_DST] = dnnl::memory(dst_md_, eng, yp);
+    args[DNNL_ARG_SCRATCHPAD] = thread_scratchpad(scratch_md_, eng);
     prim_.execute(stream(), args);
     stream().wait();
 
@@ -551,7 +553,7 @@ class LinearOp : public OpBase<LinearParam> {
   Plan plan_;
   PlanCache<Plan> cache_;
   dnnl::matmul prim_;
-  md_t src_md_, wsrc_md_, wei_md_, bias_md_, dst_md_, res_md_;
+  md_t src_md_, wsrc_md_, wei_md_, bias_md_, dst_md_, res_md_, scratch_md_;
   int res_arg_ = 0;
   dnnl::stream stream_;
   size_t setup_ws_ = 0;

@@ -240,11 +240,12 @@ class MatMulOp : public OpBase<MatMulParam> {
                   dnnl::memory::dims(o.strides.begin(), o.strides.begin() + n));
     };
     a_md_ = md(p.a), b_md_ = md(p.b), y_md_ = md(p.y);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = user_scratchpad_attr();
     if (p.param.alpha != 1.0f) attr.set_output_scales(0, {p.param.alpha});
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md_, b_md_, y_md_), attr,
                                           cpu_engine());
     prim_ = dnnl::matmul(pd);
+    scratch_md_ = pd.scratchpad_desc();
     plan_ = p;
     impl_ = p.impl_name(pd.impl_info_str());
     std::string staged;
@@ -281,6 +282,7 @@ class MatMulOp : public OpBase<MatMulParam> {
     args[DNNL_ARG_SRC] = dnnl::memory(a_md_, eng, input(pack.inputs[0], av, p.a));
     args[DNNL_ARG_WEIGHTS] = dnnl::memory(b_md_, eng, input(pack.inputs[1], bv, p.b));
     args[DNNL_ARG_DST] = dnnl::memory(y_md_, eng, yp);
+    args[DNNL_ARG_SCRATCHPAD] = thread_scratchpad(scratch_md_, eng);
     prim_.execute(stream(), args);
     stream().wait();
     if (p.y.staged)
@@ -292,7 +294,7 @@ class MatMulOp : public OpBase<MatMulParam> {
   Plan plan_;
   PlanCache<Plan> cache_;
   dnnl::matmul prim_;
-  md_t a_md_, b_md_, y_md_;
+  md_t a_md_, b_md_, y_md_, scratch_md_;
   dnnl::stream stream_;
 };
 

@@ -15,10 +15,16 @@ namespace {
 // target instead of the machine's best, so CI also runs the op suite at another vector width
 // on the same machine. EMU128 is not among our compiled targets, so the dispatcher falls back
 // to Highway's SCALAR target: one lane (other tails, other remainders, other tile shapes).
+// TBOOST_TEST_HWY_TARGET=avx2 caps an AVX-512 machine at the AVX2 object (no effect where the
+// CPU lacks AVX2).
 struct ForcedTarget {
   ForcedTarget() {
     const char* t = std::getenv("TBOOST_TEST_HWY_TARGET");
-    if (t && std::string(t) == "emu128") hwy::SetSupportedTargetsForTest(HWY_EMU128);
+    if (!t) return;
+    const std::string want(t);
+    if (want == "emu128") hwy::SetSupportedTargetsForTest(HWY_EMU128);
+    if (want == "avx2" && (hwy::SupportedTargets() & HWY_AVX2))
+      hwy::SetSupportedTargetsForTest(HWY_AVX2 | HWY_SCALAR | HWY_EMU128);
   }
 } forced_target;
 }  // namespace

@@ -76,7 +76,9 @@ void linear_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const b
 // the rows whose label is not ignore_index (PyTorch's cross_entropy with reduction="mean",
 // label_smoothing eps: target (1 - eps) one_hot + eps / V); writes dx = d loss / d x (may be
 // null) and accumulates dw += d loss / d W (may be null). A label outside [0, V) that is not
-// ignore_index throws tboost::Error before anything is written.
+// ignore_index throws tboost::Error before anything is written. bf16: the logits are f32; on
+// CPUs with a bf16 matmul (AVX-512 BF16) their gradient is rounded to bf16 once per chunk for
+// the dx and dw products (as under PyTorch's autocast), elsewhere it stays f32.
 //   x, dx: (M, K)   w, dw: (V, K)   labels: (M)
 double linear_cross_entropy(float* dx, float* dw, const float* x, const float* w,
                             const int32_t* labels, int64_t M, int64_t K, int64_t V,

@@ -44,26 +44,31 @@ std::mutex& cache_mutex() {
   static std::mutex m;
   return m;
 }
-std::map<Key, std::shared_ptr<dnnl::matmul>>& cache() {
-  static std::map<Key, std::shared_ptr<dnnl::matmul>> c;
+struct Prim {
+  dnnl::matmul matmul;
+  memory::desc scratchpad;
+};
+std::map<Key, std::shared_ptr<Prim>>& cache() {
+  static std::map<Key, std::shared_ptr<Prim>> c;
   return c;
 }
 
 // The primitive for k, or null when oneDNN has none for these dtypes.
-std::shared_ptr<dnnl::matmul> primitive(const Key& k) {
+std::shared_ptr<Prim> primitive(const Key& k) {
   std::lock_guard<std::mutex> lock(cache_mutex());
   auto it = cache().find(k);
   if (it != cache().end()) return it->second;
-  std::shared_ptr<dnnl::matmul> p;
+  std::shared_ptr<Prim> p;
   try {
     dnnl::post_ops po;
     if (k.acc) po.append_sum(1.0f);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = ops_internal::user_scratchpad_attr();
     attr.set_post_ops(po);
     const dnnl::matmul::desc desc(strided_md(k.M, k.K, k.ars, k.acs, k.at),
                                   strided_md(k.K, k.N, k.brs, k.bcs, k.bt),
                                   strided_md(k.M, k.N, k.ldy, 1, k.yt));
-    p = std::make_shared<dnnl::matmul>(dnnl::matmul::primitive_desc(desc, attr, cpu_engine()));
+    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+    p = std::make_shared<Prim>(Prim{dnnl::matmul(pd), pd.scratchpad_desc()});
   } catch (const dnnl::error&) {
     p = nullptr;
   }
@@ -128,15 +133,21 @@ void gemm(const GemmArgs& g) {
   }
   Key k{g.M,   g.N,       g.K,       ars,       acs,          brs,    bcs,
         g.ldy, g.a_dtype, g.b_dtype, g.y_dtype, g.accumulate, threads};
-  auto run = [&](const std::shared_ptr<dnnl::matmul>& p, const Key& key, const void* a,
-                 const void* b, void* y) {
+  auto run = [&](const std::shared_ptr<Prim>& p, const Key& key, const void* a, const void* b,
+                 void* y) {
     dnnl::stream s(cpu_engine());
     const memory am(strided_md(key.M, key.K, key.ars, key.acs, key.at), cpu_engine(),
                     const_cast<void*>(a));
     const memory bm(strided_md(key.K, key.N, key.brs, key.bcs, key.bt), cpu_engine(),
                     const_cast<void*>(b));
     const memory ym(strided_md(key.M, key.N, key.ldy, 1, key.yt), cpu_engine(), y);
-    p->execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, ym}});
+    // Cached primitives run from any thread, so each call brings its own scratchpad
+    // (dnnl_util.h).
+    const memory sp = ops_internal::thread_scratchpad(p->scratchpad, cpu_engine());
+    p->matmul.execute(s, {{DNNL_ARG_SRC, am},
+                          {DNNL_ARG_WEIGHTS, bm},
+                          {DNNL_ARG_DST, ym},
+                          {DNNL_ARG_SCRATCHPAD, sp}});
     s.wait();
   };
   try {
