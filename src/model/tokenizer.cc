@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "src/core/file_io.h"
 #include "src/model/tokenizer_internal.h"
 #include "tboost/core/error.h"
 
@@ -200,16 +201,7 @@ void fail(const std::string& path, const std::string& what) {
   throw Error(ErrorCode::kInvalidArgument, "tokenizer " + path + ": " + what);
 }
 
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw Error(ErrorCode::kIo, "tokenizer " + path + ": no such file");
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (!f) throw Error(ErrorCode::kIo, "tokenizer " + path + ": cannot read");
-  return ss.str();
-}
+std::string read_file(const std::string& path) { return tboost::read_file(path, "tokenizer"); }
 
 json parse_json(const std::string& path) {
   const std::string text = read_file(path);

@@ -24,12 +24,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
+#include "src/core/file_io.h"
 #include "src/core/parallel.h"
 #include "src/kernels/cpu/kernels.h"
 #include "tboost/core/context.h"
@@ -50,7 +49,7 @@ bool LossScaler::update(bool found_nonfinite) {
     return false;
   }
   if (++clean_ >= interval_) {
-    scale_ = std::min(scale_ * 2.0f, 16777216.0f * 256.0f);
+    scale_ = std::min(scale_ * 2.0f, 4294967296.0f);  // 2^32: beyond it f32 gradients overflow
     clean_ = 0;
   }
   return true;
@@ -101,26 +100,6 @@ ops::ActivationType activation_of(const ModelConfig& c) {
 }
 
 size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::kIo, "cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(ErrorCode::kIo, "cannot write " + tmp);
-    f << text;
-    f.flush();
-    if (!f) throw Error(ErrorCode::kIo, "write failed: " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
-}
 
 // config.json for a config made here (a built-in name): the Hugging Face keys our loader reads.
 std::string config_json(const ModelConfig& c) {
@@ -698,7 +677,7 @@ std::unique_ptr<Trainer> Trainer::from_config(const ModelConfig& c, const TrainO
 }
 
 std::unique_ptr<Trainer> Trainer::from_pretrained(const std::string& dir, const TrainOptions& o) {
-  const std::string text = read_text(dir + "/config.json");
+  const std::string text = read_file(dir + "/config.json");
   auto impl = make_impl(ModelConfig::from_json(text, dir + "/config.json"), o);
   impl->config_text = text;
   auto st = model::SafeTensors::open(dir);
@@ -877,14 +856,14 @@ void Trainer::save(const std::string& dir_in, const std::string& extra_json,
   }
   model::save_safetensors(tmp + "/model.safetensors", weights);
   model::save_safetensors(tmp + "/optimizer.safetensors", state);
-  write_text_atomic(tmp + "/config.json", s.config_text);
-  for (const auto& [name, text] : extra_files) write_text_atomic(tmp + "/" + name, text);
+  write_file_atomic(tmp + "/config.json", s.config_text);
+  for (const auto& [name, text] : extra_files) write_file_atomic(tmp + "/" + name, text);
   nlohmann::json j;
   j["step"] = s.step, j["adam_step"] = s.adam_t;
   j["loss_scale"] = s.scaler.scale(), j["clean_steps"] = s.scaler.clean_steps();
   j["compute"] = dtype_name(s.A);
   j["extra"] = nlohmann::json::parse(extra_json);
-  write_text_atomic(tmp + "/trainer_state.json", j.dump(2) + "\n");
+  write_file_atomic(tmp + "/trainer_state.json", j.dump(2) + "\n");
   // Swap into place; at every moment dir or dir.old is a whole checkpoint.
   const std::string old = dir + ".old";
   if (fs::exists(dir)) {
@@ -897,7 +876,7 @@ void Trainer::save(const std::string& dir_in, const std::string& extra_json,
 
 std::string Trainer::load_state(const std::string& dir) {
   Impl& s = *impl_;
-  const nlohmann::json j = nlohmann::json::parse(read_text(dir + "/trainer_state.json"));
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir + "/trainer_state.json"));
   auto w = model::SafeTensors::open(dir + "/model.safetensors");
   auto st = model::SafeTensors::open(dir + "/optimizer.safetensors");
   // Every tensor is checked before anything is overwritten: a bad checkpoint leaves the

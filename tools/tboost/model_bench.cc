@@ -24,15 +24,6 @@ namespace {
 
 using model::OptimizedTransformer;
 
-std::vector<int32_t> ids(int64_t n, int64_t V, uint32_t seed) {
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    v.push_back(static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(V)));
-  }
-  return v;
-}
-
 struct Stat {
   double median = 0, sd = 0;
 };
@@ -50,11 +41,20 @@ Stat stats(std::vector<double> v) {
   return s;
 }
 
+}  // namespace
+
+std::vector<int32_t> random_ids(int64_t n, int64_t V, uint32_t seed) {
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    v.push_back(static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(V)));
+  }
+  return v;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-
-}  // namespace
 
 int run_model_bench(const ModelBenchArgs& a) {
   model::LoadOptions lo;
@@ -82,7 +82,7 @@ int run_model_bench(const ModelBenchArgs& a) {
     if (a.prompt > 0) {
       auto s = m->new_session(1);
       const int q = s->add_sequence();
-      const auto p = ids(a.prompt, V, static_cast<uint32_t>(r + 1));
+      const auto p = random_ids(a.prompt, V, static_cast<uint32_t>(r + 1));
       const auto t0 = std::chrono::steady_clock::now();
       s->forward({q}, {p});
       const double t = seconds_since(t0);
@@ -91,7 +91,7 @@ int run_model_bench(const ModelBenchArgs& a) {
     if (a.gen > 0) {
       auto s = m->new_session(1);
       const int q = s->add_sequence();
-      const auto g = ids(a.gen, V, static_cast<uint32_t>(100 + r));
+      const auto g = random_ids(a.gen, V, static_cast<uint32_t>(100 + r));
       const auto t0 = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < a.gen; ++i) s->forward({q}, {{g[static_cast<size_t>(i)]}});
       const double t = seconds_since(t0);

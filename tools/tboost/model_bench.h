@@ -2,8 +2,10 @@
 // model, like llama-bench (see model_bench.cc).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tboost::tools {
 
@@ -20,5 +22,10 @@ struct ModelBenchArgs {
 };
 
 int run_model_bench(const ModelBenchArgs& a);
+
+// Shared by the benchmark commands: n token ids in [0, V) from a fixed LCG (the same ids for
+// the same seed on every machine), and wall seconds since t0.
+std::vector<int32_t> random_ids(int64_t n, int64_t V, uint32_t seed);
+double seconds_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace tboost::tools

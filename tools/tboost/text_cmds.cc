@@ -6,11 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "src/core/file_io.h"
 #include "tboost/core/error.h"
 #include "tboost/model/model.h"
 #include "tboost/model/tokenizer.h"
@@ -28,14 +27,6 @@ std::unique_ptr<OptimizedTransformer> load(const CommonModelArgs& a) {
   lo.threads = a.threads;
   lo.load = a.mmap ? model::SafeTensors::Load::kMmap : model::SafeTensors::Load::kRead;
   return OptimizedTransformer::from_pretrained(a.model, lo);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::kIo, "cannot open " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 }  // namespace

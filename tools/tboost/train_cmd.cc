@@ -26,11 +26,13 @@
 #include <sstream>
 #include <vector>
 
+#include "src/core/file_io.h"
 #include "src/kernels/cpu/kernels.h"
 #include "tboost/core/context.h"
 #include "tboost/core/error.h"
 #include "tboost/model/tokenizer.h"
 #include "tboost/train/trainer.h"
+#include "tools/tboost/model_bench.h"
 
 namespace tboost::tools {
 namespace {
@@ -39,14 +41,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using train::Trainer;
 using train::TrainOptions;
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::kIo, "cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 void append_utf8(std::string& s, uint32_t c) {
   if (c < 0x80) {
@@ -96,10 +90,6 @@ std::string fmt_duration(double s) {
   else
     std::snprintf(b, sizeof b, "%.0fs", s);
   return b;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // The batch of step s: ids and next-token labels.
@@ -155,7 +145,8 @@ int run_train(const TrainArgs& a) {
   // A resumed run keeps the tokens it started with.
   std::string mode = a.tokens;
   if (!resume_from.empty())
-    mode = json::parse(slurp(resume_from + "/trainer_state.json"))["extra"].value("tokens", mode);
+    mode =
+        json::parse(read_file(resume_from + "/trainer_state.json"))["extra"].value("tokens", mode);
   const bool bytes = mode == "byte" || (mode == "auto" && !has_tok);
   if (!bytes && !has_tok)
     throw Error(ErrorCode::kInvalidArgument, "--tokens model: no tokenizer in " + tok_dir);
@@ -163,7 +154,7 @@ int run_train(const TrainArgs& a) {
     throw Error(
         ErrorCode::kInvalidArgument,
         "byte tokens need a vocabulary of at least 256, the model has " + std::to_string(c.vocab));
-  const std::string text = slurp(a.data);
+  const std::string text = read_file(a.data);
   std::vector<int32_t> tok;
   std::map<std::string, std::string> files;
   if (bytes) {
@@ -173,7 +164,7 @@ int run_train(const TrainArgs& a) {
   } else {
     tok = model::Tokenizer::from_dir(tok_dir)->encode(text, false);
     for (const char* f : kTokenizerFiles)
-      if (fs::exists(tok_dir + "/" + f)) files[f] = slurp(tok_dir + "/" + f);
+      if (fs::exists(tok_dir + "/" + f)) files[f] = read_file(tok_dir + "/" + f);
   }
   const int64_t N = static_cast<int64_t>(tok.size());
   for (int64_t i = 0; i < N; ++i)
@@ -215,7 +206,7 @@ int run_train(const TrainArgs& a) {
     // A resumed run drops the log lines of steps it will redo (those after the checkpoint).
     std::string kept;
     if (fs::exists(a.log)) {
-      std::istringstream in(slurp(a.log));
+      std::istringstream in(read_file(a.log));
       for (std::string line; std::getline(in, line);) {
         const json j = json::parse(line, nullptr, false);
         if (!j.is_discarded() && j.value("step", int64_t{0}) <= start) kept += line + "\n";
@@ -285,13 +276,8 @@ int run_train_bench(const TrainBenchArgs& a) {
   const model::ModelConfig& c = tr->config();
   const int threads = a.threads > 0 ? a.threads : available_cores();
   const int64_t B = a.batch, T = a.seq, M = B * T;
-  std::vector<int32_t> ids(static_cast<size_t>(M)), labels(static_cast<size_t>(M));
-  uint32_t seed = 12345;
-  for (int64_t i = 0; i < M; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    ids[static_cast<size_t>(i)] =
-        static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(c.vocab));
-  }
+  const std::vector<int32_t> ids = random_ids(M, c.vocab, 12345);
+  std::vector<int32_t> labels(static_cast<size_t>(M));
   for (int64_t i = 0; i < M; ++i)
     labels[static_cast<size_t>(i)] = (i + 1) % T == 0 ? -100 : ids[static_cast<size_t>(i + 1)];
   tr->step(ids.data(), labels.data(), B, T);  // warm-up: arena, primitives
@@ -303,7 +289,8 @@ int run_train_bench(const TrainBenchArgs& a) {
     times.push_back(seconds_since(t0));
   }
   std::sort(times.begin(), times.end());
-  const double step = times[times.size() / 2];
+  const size_t h = times.size() / 2;  // median (the mean of the middle two for an even count)
+  const double step = times.size() % 2 ? times[h] : 0.5 * (times[h - 1] + times[h]);
   // Matmul FLOPs of the step: 6 per weight per token (forward 2, backward 4) over every
   // projection and the lm head, plus causal attention's QKᵀ and PV (forward 2, backward 4
   // products of T²/2 · D each, per head and layer and sequence).

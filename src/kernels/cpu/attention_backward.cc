@@ -76,20 +76,6 @@ size_t PerThreadBwd(const AttentionArgs& f) {
   return Align64(z.bytes());
 }
 
-// Rows [i0, i0+n) of a strided matrix as f32 with leading dimension *ld: the rows themselves
-// when f32, else widened into scratch (n x cols).
-const float* Rows(const char* base, int64_t row_bytes, DType t, int64_t cols, int64_t i0, int64_t n,
-                  float* scratch, int64_t* ld) {
-  if (t == DType::kF32) {
-    *ld = row_bytes / static_cast<int64_t>(sizeof(float));
-    return reinterpret_cast<const float*>(base + i0 * row_bytes);
-  }
-  for (int64_t r = 0; r < n; ++r)
-    convert(scratch + r * cols, DType::kF32, base + (i0 + r) * row_bytes, t, cols);
-  *ld = cols;
-  return scratch;
-}
-
 void Gemm(float* y, int64_t ldy, const float* a, int64_t lda, bool ta, const float* b, int64_t ldb,
           bool tb, int64_t M, int64_t N, int64_t K, bool acc) {
   GemmArgs g;
@@ -99,9 +85,11 @@ void Gemm(float* y, int64_t ldy, const float* a, int64_t lda, bool ta, const flo
 }
 
 // The (sequence, head) addressing shared by both passes.
+// Rows are read through the forward's KvRows / RowsF32 (f32 rows in place, others widened).
 struct Head {
-  const char *q, *o, *dout, *k, *v;
-  int64_t q_row, o_row, do_row, k_row, v_row;
+  KvRows q, dout, k, v;
+  const char* o;
+  int64_t o_row;
   const float* lse;
   int64_t lse_row;
   int64_t sq, sk;
@@ -168,9 +156,9 @@ void LoadQueryTile(const Head& h, int64_t i0, int64_t nq, const AttentionArgs& f
                    int64_t* ldo) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t D = f.head_dim, Dv = f.v_head_dim;
-  *q = Rows(h.q, h.q_row, f.dtype, D, i0, nq, s.q, lq);
-  *dout = Rows(h.dout, h.do_row, f.dtype, Dv, i0, nq, s.dout, ldo);
+  const int64_t Dv = f.v_head_dim;
+  *q = RowsF32(h.q, i0, nq, s.q, lq);
+  *dout = RowsF32(h.dout, i0, nq, s.dout, ldo);
   for (int64_t r = 0; r < nq; ++r) {
     const float l = h.lse[(i0 + r) * h.lse_row];
     s.lse2[r] = std::isinf(l) ? l : l * kLog2e;
@@ -225,19 +213,18 @@ void AttentionBackward(const AttentionBackwardArgs& a, void* workspace) {
     const Seq sz = SeqOf(f, b);
     const int64_t kvh = hq / g;
     Head h;
-    h.q = static_cast<const char*>(f.q) + QOff(f, b, hq, f.q_sb, f.q_sh, f.q_ss) * qes;
-    h.q_row = f.q_ss * qes;
+    auto qrows = [&](const void* base, int64_t sb, int64_t sh, int64_t ss, int64_t cols) {
+      KvRows r;
+      r.base = static_cast<const char*>(base) + QOff(f, b, hq, sb, sh, ss) * qes;
+      r.row_bytes = ss * qes, r.dtype = f.dtype, r.cols = cols;
+      return r;
+    };
+    h.q = qrows(f.q, f.q_sb, f.q_sh, f.q_ss, D);
+    h.dout = qrows(a.dout, a.do_sb, a.do_sh, a.do_ss, Dv);
     h.o = static_cast<const char*>(f.o) + QOff(f, b, hq, f.o_sb, f.o_sh, f.o_ss) * qes;
     h.o_row = f.o_ss * qes;
-    h.dout = static_cast<const char*>(a.dout) + QOff(f, b, hq, a.do_sb, a.do_sh, a.do_ss) * qes;
-    h.do_row = a.do_ss * qes;
-    const int64_t koff = f.cu_k ? f.cu_k[b] : 0;
-    h.k = static_cast<const char*>(f.k) +
-          ((f.cu_k ? koff * f.k_ss : b * f.k_sb) + kvh * f.k_sh) * kes;
-    h.k_row = f.k_ss * kes;
-    h.v = static_cast<const char*>(f.v) +
-          ((f.cu_k ? koff * f.v_ss : b * f.v_sb) + kvh * f.v_sh) * kes;
-    h.v_row = f.v_ss * kes;
+    h.k = KvOf(f, false, b, kvh);
+    h.v = KvOf(f, true, b, kvh);
     h.lse = f.lse + QOff(f, b, hq, f.lse_sb, f.lse_sh, f.lse_ss);
     h.lse_row = f.lse_ss;
     h.sq = sz.sq, h.sk = sz.sk;
@@ -266,8 +253,8 @@ void AttentionBackward(const AttentionBackwardArgs& a, void* workspace) {
     const Head h0 = head(tk.b, tk.kvh * g);
     const int64_t nk = std::min(kBk, h0.sk - tk.j0);
     int64_t lk, lv;
-    const float* k = Rows(h0.k, h0.k_row, f.kv_dtype, D, tk.j0, nk, s.k, &lk);
-    const float* v = Rows(h0.v, h0.v_row, f.kv_dtype, Dv, tk.j0, nk, s.v, &lv);
+    const float* k = RowsF32(h0.k, tk.j0, nk, s.k, &lk);
+    const float* v = RowsF32(h0.v, tk.j0, nk, s.v, &lv);
     std::memset(s.acc, 0, static_cast<size_t>(nk * D) * sizeof(float));
     std::memset(s.acc_v, 0, static_cast<size_t>(nk * Dv) * sizeof(float));
     for (int64_t hq = tk.kvh * g; hq < (tk.kvh + 1) * g; ++hq) {
@@ -313,8 +300,8 @@ void AttentionBackward(const AttentionBackwardArgs& a, void* workspace) {
       const int64_t nk = std::min(kBk, h.sk - j0);
       if (!overlaps(h, tk.i0, tk.i0 + nq, j0, j0 + nk)) continue;
       int64_t lk, lv;
-      const float* k = Rows(h.k, h.k_row, f.kv_dtype, D, j0, nk, s.k, &lk);
-      const float* v = Rows(h.v, h.v_row, f.kv_dtype, Dv, j0, nk, s.v, &lv);
+      const float* k = RowsF32(h.k, j0, nk, s.k, &lk);
+      const float* v = RowsF32(h.v, j0, nk, s.v, &lv);
       TilePair(h, q, lq, dout, ldo, k, lk, v, lv, s, tk.i0, nq, j0, nk, D, Dv, qscale2);
       Gemm(s.acc, D, s.dp, kBk, false, k, lk, false, nq, D, nk, true);
     }

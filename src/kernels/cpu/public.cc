@@ -208,7 +208,11 @@ AttentionArgs attn_args(DType dt, const void* o, const float* lse, const void* q
                         int threads) {
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || D <= 0 || Dv <= 0 || batch < 0)
     throw Error(ErrorCode::kInvalidArgument,
-                "attention: heads must be a positive multiple of kv_heads, head dims positive");
+                "attention: heads must be a positive multiple of kv_heads and head dims positive, "
+                "got heads " +
+                    std::to_string(heads) + ", kv_heads " + std::to_string(kv_heads) + ", D " +
+                    std::to_string(D) + ", Dv " + std::to_string(Dv) + ", batch " +
+                    std::to_string(batch));
   if (opt.mask && opt.cu_seqlens_q)
     throw Error(ErrorCode::kUnsupported, "attention: a mask with varlen is not supported");
   if (!opt.cu_seqlens_q != !opt.cu_seqlens_k)
