@@ -303,14 +303,21 @@ int run_train_bench(const TrainBenchArgs& a) {
   const double attn = 6.0 * static_cast<double>(B) * static_cast<double>(c.layers * H) *
                       static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(D);
   const double flops = 6.0 * linear_w * static_cast<double>(M) + attn;
-  // oneDNN's rate on this step's most common product, measured now: (M, C) x (C, F), f32 (bf16
-  // runs through f32 where oneDNN has no bf16 matmul, as on AVX2).
+  // oneDNN's rate on this step's most common product, measured now: (M, C) x (C, F), in the
+  // step's compute dtype where oneDNN has a matmul for it (bf16 on AVX-512 BF16), else in f32
+  // (what bf16 runs through there: its widening is then counted against the step, not the floor).
+  const DType gemm_dt = kernels::gemm_has_native(o.compute) ? o.compute : DType::kF32;
   double gflops = 0;
   {
-    std::vector<float> x(static_cast<size_t>(M * C), 0.5f), w(static_cast<size_t>(F * C), 0.25f),
-        y(static_cast<size_t>(M * F));
+    const size_t es = dtype_size(gemm_dt);
+    std::vector<char> x(static_cast<size_t>(M * C) * es), w(static_cast<size_t>(F * C) * es);
+    std::vector<float> y(static_cast<size_t>(M * F)), xf(static_cast<size_t>(M * C), 0.5f),
+        wf(static_cast<size_t>(F * C), 0.25f);
+    convert(x.data(), gemm_dt, xf.data(), DType::kF32, M * C);
+    convert(w.data(), gemm_dt, wf.data(), DType::kF32, F * C);
     kernels::GemmArgs g;
     g.y = y.data(), g.ldy = F, g.a = x.data(), g.lda = C, g.b = w.data(), g.ldb = C;
+    g.a_dtype = g.b_dtype = gemm_dt;
     g.trans_b = true, g.M = M, g.N = F, g.K = C, g.threads = threads;
     kernels::gemm(g);
     std::vector<double> tt;
@@ -337,7 +344,7 @@ int run_train_bench(const TrainBenchArgs& a) {
   j["peak_bytes"] = peak;
   j["activation_peak_bytes"] = tr->activation_bytes();
   j["state_bytes"] = tr->state_bytes();
-  j["matmul_flops"] = flops, j["gemm_gflops"] = gflops;
+  j["matmul_flops"] = flops, j["gemm_gflops"] = gflops, j["gemm_dtype"] = dtype_name(gemm_dt);
   j["gemm_floor_seconds"] = floor_s, j["gemm_floor_fraction"] = floor_s / step;
   j["loss"] = loss, j["params"] = tr->num_parameters();
   if (a.json) {
