@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -42,10 +43,10 @@ HWY_INLINE NormRow<T> RowAt(const NormArgs& a, int64_t r) {
 }
 
 // x (+ residual) of one row at [i, i + n); tail lanes are zero.
-template <class D, class T>
+template <bool kRes, class D, class T>
 HWY_INLINE hn::Vec<D> RowVec(D d, const NormRow<T>& p, int64_t i, int64_t n) {
   auto v = LoadN(d, p.x + i, n);
-  if (p.res) v = hn::Add(v, LoadN(d, p.res + i, n));
+  if constexpr (kRes) v = hn::Add(v, LoadN(d, p.res + i, n));
   return v;
 }
 
@@ -119,8 +120,11 @@ struct Moments {
 // statistics and writing its PRENORM sum) while it writes row r's output from the cached copy
 // of row r. A plain two-pass row (stats, then output) alternates a pure read phase with a pure
 // write phase and reached only ~0.6-0.7x the speed of a copy, which keeps both streams busy.
-template <class T, class W>
-void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
+// kRms, kRes (a residual is added), kSum (the PRENORM sum is written) are template flags: at
+// Zen 5's bandwidth (~80 GB/s for a copy on huge pages) the per-vector tests of these
+// loop-invariant flags were a measurable part of the row loop.
+template <class T, class W, bool kRms, bool kRes, bool kSum>
+void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   using D = decltype(d);
   using V = hn::Vec<D>;
@@ -135,7 +139,7 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
   // (Computing them per call was ~30% of a decode-sized LayerNorm row.)
   constexpr int64_t kSteps = 4096;
   static const MomentTables shared(kSteps);
-  const int64_t steps = a.rms ? 0 : C2 / (2 * L);
+  const int64_t steps = kRms ? 0 : C2 / (2 * L);
   std::optional<MomentTables> own;
   if (steps >= kSteps) own.emplace(steps + 1);
   const MomentTables& tab = own ? *own : shared;
@@ -149,23 +153,23 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
     explicit Pass(D dd) : q0(hn::Zero(dd)), q1(hn::Zero(dd)), mom(dd) {}
   };
   // Reads [j, j + 2L) of row p: writes its PRENORM sum, folds it into the statistics.
-  auto absorb2 = [&](Pass& st, const NormRow<T>& p, int64_t j) {
-    const V v0 = RowVec(d, p, j, L), v1 = RowVec(d, p, j + L, L);
-    if (p.sum) {
+  auto absorb2 = [&](Pass& st, const NormRow<T>& p, int64_t j) TBOOST_INLINE_LAMBDA {
+    const V v0 = RowVec<kRes>(d, p, j, L), v1 = RowVec<kRes>(d, p, j + L, L);
+    if constexpr (kSum) {
       StoreF(d, v0, p.sum + j);
       StoreF(d, v1, p.sum + j + L);
     }
-    if (a.rms) {
+    if constexpr (kRms) {
       st.q0 = hn::MulAdd(v0, v0, st.q0);
       st.q1 = hn::MulAdd(v1, v1, st.q1);
     } else {
       st.mom.add(d, v0, v1, tab.f.data(), tab.g.data());
     }
   };
-  auto absorb_tail = [&](Pass& st, const NormRow<T>& p, int64_t j, int64_t n) {
-    const V v = RowVec(d, p, j, n);  // lanes past n are zero
-    if (p.sum) StoreN(d, v, p.sum + j, n);
-    if (a.rms) {
+  auto absorb_tail = [&](Pass& st, const NormRow<T>& p, int64_t j, int64_t n) TBOOST_INLINE_LAMBDA {
+    const V v = RowVec<kRes>(d, p, j, n);  // lanes past n are zero
+    if constexpr (kSum) StoreN(d, v, p.sum + j, n);
+    if constexpr (kRms) {
       st.q0 = hn::MulAdd(v, v, st.q0);
     } else {
       HWY_ALIGN float buf[hn::MaxLanes(D())];
@@ -175,7 +179,7 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
   };
   auto finish = [&](const Pass& st, int64_t r, float* mean, float* rstd) {
     float var;
-    if (a.rms) {
+    if constexpr (kRms) {
       *mean = 0.0f;
       var = ReduceSumF(d, hn::Add(st.q0, st.q1)) / static_cast<float>(C);
     } else {
@@ -187,8 +191,12 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
   };
   // The output pass reads the PRENORM sum back when there is one: `sum` may be the residual
   // (or x) itself, updated in place, so x + residual is no longer there to re-read.
-  auto output = [&](const NormRow<T>& p, V vm, V vr, int64_t j, int64_t n) {
-    const V s = p.sum ? LoadN(d, static_cast<const T*>(p.sum) + j, n) : RowVec(d, p, j, n);
+  auto output = [&](const NormRow<T>& p, V vm, V vr, int64_t j, int64_t n) TBOOST_INLINE_LAMBDA {
+    V s;
+    if constexpr (kSum)
+      s = LoadN(d, static_cast<const T*>(p.sum) + j, n);
+    else
+      s = RowVec<kRes>(d, p, j, n);
     V v = hn::Mul(hn::Sub(s, vm), vr);
     v = hn::Mul(v, hn::Add(LoadN(d, w + j, n), one));
     if (b) v = hn::Add(v, LoadN(d, b + j, n));
@@ -224,6 +232,22 @@ void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
       for (int64_t j = 0; j < C; j += L) output(cur, vm, vr, j, std::min(L, C - j));
     }
   }
+}
+
+template <class T, class W>
+void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
+  const bool res = a.residual != nullptr, sum = a.sum != nullptr;
+  auto go = [&](auto rms) {
+    constexpr bool kRms = decltype(rms)::value;
+    if (res && sum) return NormRowsImpl<T, W, kRms, true, true>(a, r0, r1);
+    if (res) return NormRowsImpl<T, W, kRms, true, false>(a, r0, r1);
+    if (sum) return NormRowsImpl<T, W, kRms, false, true>(a, r0, r1);
+    return NormRowsImpl<T, W, kRms, false, false>(a, r0, r1);
+  };
+  if (a.rms)
+    go(std::true_type{});
+  else
+    go(std::false_type{});
 }
 
 template <class T, class W>
