@@ -40,9 +40,45 @@ HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
   return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
 }
 
-// Keys dotted at once for G query rows: G·KK accumulators (at most 8, so they, the KK key
-// vectors and one query vector fit AVX2's 16 registers) and independent FMA chains.
-constexpr int KeysAtOnce(int G) { return G <= 2 ? 4 : G <= 4 ? 2 : 1; }
+// On AVX-512 (32 registers) G·KK = 16 accumulators for G = 1, 2, 4, 8, reduced together by
+// Reduce16 below: one shuffle tree for 16 scores (~3 instructions each) instead of a
+// horizontal sum per score (~9). With GQA's 4 query rows per key the per-score sums had been
+// the largest part of the dot loop, which kept GQA decode compute-bound at ~60% of DRAM.
+#undef TBOOST_DECODE_REDUCE16  // this file is compiled once per target
+#if HWY_TARGET == HWY_AVX3
+#define TBOOST_DECODE_REDUCE16 1
+#else
+#define TBOOST_DECODE_REDUCE16 0
+#endif
+
+// Keys dotted at once for G query rows: G·KK accumulators and independent FMA chains. AVX2:
+// at most 8, so they, the KK key vectors and one query vector fit its 16 registers.
+constexpr int KeysAtOnce(int G) {
+  if (TBOOST_DECODE_REDUCE16 && G <= 8 && 16 % G == 0) return 16 / G;
+  return G <= 2 ? 4 : G <= 4 ? 2 : 1;
+}
+// V rows per step of AxpyKeys (their vectors stay in registers across the G output rows).
+constexpr int kAxpyKeys = TBOOST_DECODE_REDUCE16 ? 8 : 4;
+
+#if TBOOST_DECODE_REDUCE16
+// The 16 vectors' lane sums in one vector: lane 4j + m of the result is the sum of a[4m + j]'s
+// lanes (block j of 128 bits holds those of a[j], a[4 + j], a[8 + j], a[12 + j]).
+HWY_INLINE __m512 Reduce16(const VF* a) {
+  __m512 b[8], c[4];
+  for (int i = 0; i < 8; ++i)  // 128-bit blocks: [a2i(0+2), a2i(1+3), a2i+1(0+2), a2i+1(1+3)]
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i].raw, a[2 * i + 1].raw, 0x44),
+                         _mm512_shuffle_f32x4(a[2 * i].raw, a[2 * i + 1].raw, 0xEE));
+  for (int i = 0; i < 4; ++i)  // block j: four partial sums of a[4i + j]
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+  // Within each block: [c0, c1, c2, c3] fully summed, i.e. a[j], a[4 + j], a[8 + j], a[12 + j].
+  const __m512 d0 = _mm512_add_ps(_mm512_unpacklo_ps(c[0], c[1]), _mm512_unpackhi_ps(c[0], c[1]));
+  const __m512 d1 = _mm512_add_ps(_mm512_unpacklo_ps(c[2], c[3]), _mm512_unpackhi_ps(c[2], c[3]));
+  return _mm512_add_ps(
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(d0), _mm512_castps_pd(d1))),
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d0), _mm512_castps_pd(d1))));
+}
+#endif
 
 // Scores of KK consecutive key rows (row_bytes apart) against G query rows (Dp-padded, zeros
 // past D): out[g·ostride + kk].
@@ -68,6 +104,19 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
       for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::MulAdd(q, kv[kk], acc[g][kk]);
     }
   }
+#if TBOOST_DECODE_REDUCE16
+  if constexpr (G * KK == 16) {
+    // Lane 4j + m of Reduce16's result sums a[4m + j]; a[4m + j] = acc[g][kk] for the flat index
+    // f = g·KK + kk = 4j + m, so the result's lanes are the scores in (g, kk) order.
+    VF a[16];
+    for (int f = 0; f < 16; ++f) a[(f % 4) * 4 + f / 4] = acc[f / KK][f % KK];
+    HWY_ALIGN float r[16];
+    _mm512_store_ps(r, Reduce16(a));
+    for (int g = 0; g < G; ++g)
+      for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = r[g * KK + kk];
+    return;
+  }
+#endif
   for (int g = 0; g < G; ++g)
     for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = ReduceSumF(d, acc[g][kk]);
 }
@@ -134,9 +183,10 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
                            const float* p, int64_t pstride, float* os, int64_t ostride) {
   const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
   int64_t t = 0;
-  for (; t + 4 <= n; t += 4) {
-    for (int64_t kk = 0; kk < 4; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
-    AxpyKeys<TK, 4>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
+  for (; t + kAxpyKeys <= n; t += kAxpyKeys) {
+    for (int64_t kk = 0; kk < kAxpyKeys; ++kk)
+      PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
+    AxpyKeys<TK, kAxpyKeys>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
   }
   for (; t < n; ++t)
     AxpyKeys<TK, 1>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
