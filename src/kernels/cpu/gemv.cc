@@ -17,6 +17,7 @@
 // clang-format on
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "src/core/parallel.h"
 #include "src/kernels/cpu/hwy_util-inl.h"
 #include "src/kernels/cpu/kernels.h"
+#include "tboost/core/cpu_features.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
@@ -96,12 +98,61 @@ HWY_INLINE void DotRowBf16Pairs(const float* x, int64_t ldx, const bf16_t* w, in
   }
 }
 
+// bf16 x and weights on CPUs with AVX512_BF16: vdpbf16ps multiplies 32 bf16 pairs and adds
+// into 16 f32 lanes in one instruction, with x and w loaded as they are stored (no widening,
+// no pair split). The products of bf16 values are exact in f32, so only the summation order
+// differs from the widened path. Used only when x itself is bf16 (a bf16 model's activations).
+#undef TBOOST_GEMV_DP
+#if HWY_TARGET == HWY_AVX3
+#define TBOOST_GEMV_DP 1
+template <int kM, int kU>
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16"))) HWY_NOINLINE void
+DotRowsBf16Dp(const uint32_t* x2, int64_t ldx2, const bf16_t* w, int64_t ldw, int64_t K,
+              int64_t cnt, float* sums) {
+  const int64_t P = K / 2;  // u32 pairs per row, a multiple of 16
+  for (int64_t j = 0; j < cnt; ++j) {
+    const uint32_t* wr = reinterpret_cast<const uint32_t*>(w + j * ldw);
+    __m512 acc[kM][kU];
+    for (int m = 0; m < kM; ++m)
+      for (int u = 0; u < kU; ++u) acc[m][u] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + kU * 16 <= P; p += kU * 16)
+      for (int u = 0; u < kU; ++u) {
+        const __m512i wv = _mm512_loadu_si512(wr + p + u * 16);
+        for (int m = 0; m < kM; ++m)
+          acc[m][u] = _mm512_dpbf16_ps(
+              acc[m][u], (__m512bh)_mm512_loadu_si512(x2 + m * ldx2 + p + u * 16), (__m512bh)wv);
+      }
+    for (; p < P; p += 16) {
+      const __m512i wv = _mm512_loadu_si512(wr + p);
+      for (int m = 0; m < kM; ++m)
+        acc[m][0] = _mm512_dpbf16_ps(acc[m][0], (__m512bh)_mm512_loadu_si512(x2 + m * ldx2 + p),
+                                     (__m512bh)wv);
+    }
+    for (int m = 0; m < kM; ++m) {
+      __m512 t = acc[m][0];
+      for (int u = 1; u < kU; ++u) t = _mm512_add_ps(t, acc[m][u]);
+      sums[m * 16 + j] = _mm512_reduce_add_ps(t);
+    }
+  }
+}
+#else
+#define TBOOST_GEMV_DP 0
+#endif
+
 // Dots of kM rows of x with weight rows [0, cnt) (cnt <= 16) into sums[m * 16 + j], row after
 // row. Accumulators: kM * kU in the 16 ymm registers of AVX2.
 template <int kM, class TW>
 HWY_INLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
-                        int64_t cnt, float* sums, bool pairs) {
+                        int64_t cnt, float* sums, int mode) {
   constexpr int kU = kM <= 2 ? 4 : 2;
+  const bool pairs = mode == 1;
+#if TBOOST_GEMV_DP
+  if constexpr (std::is_same_v<TW, bf16_t>) {
+    if (mode == 2)  // x holds bf16 rows of K / 2 u32 pairs (ldx counts floats = u32s)
+      return DotRowsBf16Dp<kM, 4>(reinterpret_cast<const uint32_t*>(x), ldx, w, ldw, K, cnt, sums);
+  }
+#endif
   for (int64_t j = 0; j < cnt; ++j) {
     if constexpr (std::is_same_v<TW, bf16_t>) {
       if (pairs) {
@@ -143,7 +194,7 @@ void Epilogue(const GemvArgs& a, const float* sums, int64_t m0, int64_t mcount, 
 }
 
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
-void GemvTyped(const GemvArgs& a, const float* xf, bool pairs) {
+void GemvTyped(const GemvArgs& a, const float* xf, int mode, int64_t ldx) {
   constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 vectors)
   const int64_t blocks = (a.N + kBlock - 1) / kBlock;
   const TW* w = static_cast<const TW*>(a.w);
@@ -160,19 +211,19 @@ void GemvTyped(const GemvArgs& a, const float* xf, bool pairs) {
       // block, 16 rows, is L1/L2 resident after the first group).
       for (int64_t m0 = 0; m0 < a.M; m0 += 4) {
         const int64_t mc = std::min<int64_t>(4, a.M - m0);
-        const float* xm = xf + m0 * a.K;
+        const float* xm = xf + m0 * ldx;
         switch (mc) {
           case 1:
-            DotRows<1>(xm, a.K, wb, a.ldw, a.K, cnt, sums, pairs);
+            DotRows<1>(xm, ldx, wb, a.ldw, a.K, cnt, sums, mode);
             break;
           case 2:
-            DotRows<2>(xm, a.K, wb, a.ldw, a.K, cnt, sums, pairs);
+            DotRows<2>(xm, ldx, wb, a.ldw, a.K, cnt, sums, mode);
             break;
           case 3:
-            DotRows<3>(xm, a.K, wb, a.ldw, a.K, cnt, sums, pairs);
+            DotRows<3>(xm, ldx, wb, a.ldw, a.K, cnt, sums, mode);
             break;
           default:
-            DotRows<4>(xm, a.K, wb, a.ldw, a.K, cnt, sums, pairs);
+            DotRows<4>(xm, ldx, wb, a.ldw, a.K, cnt, sums, mode);
             break;
         }
         Epilogue<kAct, kHasAct, TY>(a, sums, m0, mc, n0, cnt);
@@ -182,30 +233,30 @@ void GemvTyped(const GemvArgs& a, const float* xf, bool pairs) {
 }
 
 template <class TW, class TY>
-void GemvAct(const GemvArgs& a, const float* xf, bool pairs) {
+void GemvAct(const GemvArgs& a, const float* xf, int mode, int64_t ldx) {
   using ops::ActivationType;
-  if (!a.has_act) return GemvTyped<TW, TY, ActivationType::kRelu, false>(a, xf, pairs);
+  if (!a.has_act) return GemvTyped<TW, TY, ActivationType::kRelu, false>(a, xf, mode, ldx);
   switch (a.act) {
     case ActivationType::kRelu:
-      return GemvTyped<TW, TY, ActivationType::kRelu, true>(a, xf, pairs);
+      return GemvTyped<TW, TY, ActivationType::kRelu, true>(a, xf, mode, ldx);
     case ActivationType::kGeluErf:
-      return GemvTyped<TW, TY, ActivationType::kGeluErf, true>(a, xf, pairs);
+      return GemvTyped<TW, TY, ActivationType::kGeluErf, true>(a, xf, mode, ldx);
     case ActivationType::kGeluTanh:
-      return GemvTyped<TW, TY, ActivationType::kGeluTanh, true>(a, xf, pairs);
+      return GemvTyped<TW, TY, ActivationType::kGeluTanh, true>(a, xf, mode, ldx);
     default:
-      return GemvTyped<TW, TY, ActivationType::kSilu, true>(a, xf, pairs);
+      return GemvTyped<TW, TY, ActivationType::kSilu, true>(a, xf, mode, ldx);
   }
 }
 
 template <class TW>
-void GemvW(const GemvArgs& a, const float* xf, bool pairs) {
+void GemvW(const GemvArgs& a, const float* xf, int mode, int64_t ldx) {
   switch (a.y_dtype) {
     case DType::kBF16:
-      return GemvAct<TW, bf16_t>(a, xf, pairs);
+      return GemvAct<TW, bf16_t>(a, xf, mode, ldx);
     case DType::kF16:
-      return GemvAct<TW, f16_t>(a, xf, pairs);
+      return GemvAct<TW, f16_t>(a, xf, mode, ldx);
     default:
-      return GemvAct<TW, float>(a, xf, pairs);
+      return GemvAct<TW, float>(a, xf, mode, ldx);
   }
 }
 
@@ -216,8 +267,19 @@ void GemvForward(const GemvArgs& a) {
   // bf16 weights with K a multiple of 2 * Lanes take the pair-split path: x is stored with
   // each 2 * Lanes chunk split into its even and odd elements (see DotBlockBf16Pairs).
   const bool pairs = a.w_dtype == DType::kBF16 && a.K % (2 * L) == 0;
-  // x converted to contiguous f32 once (M * K floats: a few KiB to a few tens of KiB).
   thread_local std::vector<float> xbuf, tmp;
+#if TBOOST_GEMV_DP
+  // bf16 x and w where the CPU has vdpbf16ps: x rows copied as they are (K / 2 u32 pairs).
+  if (pairs && a.x_dtype == DType::kBF16 && a.K % 32 == 0 && cpu_features().avx512_bf16) {
+    const int64_t ldx2 = a.K / 2;
+    xbuf.resize(static_cast<size_t>(a.M * ldx2));
+    for (int64_t m = 0; m < a.M; ++m)
+      std::memcpy(xbuf.data() + m * ldx2, static_cast<const bf16_t*>(a.x) + m * a.ldx,
+                  static_cast<size_t>(a.K) * sizeof(bf16_t));
+    return GemvW<bf16_t>(a, xbuf.data(), 2, ldx2);
+  }
+#endif
+  // x converted to contiguous f32 once (M * K floats: a few KiB to a few tens of KiB).
   xbuf.resize(static_cast<size_t>(a.M * a.K));
   tmp.resize(static_cast<size_t>(a.K));
   for (int64_t m = 0; m < a.M; ++m) {
@@ -234,11 +296,11 @@ void GemvForward(const GemvArgs& a) {
   }
   switch (a.w_dtype) {
     case DType::kBF16:
-      return GemvW<bf16_t>(a, xbuf.data(), pairs);
+      return GemvW<bf16_t>(a, xbuf.data(), pairs ? 1 : 0, a.K);
     case DType::kF16:
-      return GemvW<f16_t>(a, xbuf.data(), false);
+      return GemvW<f16_t>(a, xbuf.data(), 0, a.K);
     default:
-      return GemvW<float>(a, xbuf.data(), false);
+      return GemvW<float>(a, xbuf.data(), 0, a.K);
   }
 }
 
