@@ -36,6 +36,18 @@ struct Limits {
 };
 Limits measure_limits(int threads, bool quick);
 
+// n values in [lo, hi) from an LCG whose state carries across calls. Benchmark inputs must be
+// one stream, never a repeated block: the hosts we run on merge identical memory pages, and a
+// tensor made of one block repeated (or of zeros) is then read from cache.
+inline void fill_random(float* p, int64_t n, uint32_t* state, float lo = 0.0f, float hi = 1.0f) {
+  uint32_t s = *state;
+  for (int64_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    p[i] = lo + (hi - lo) * static_cast<float>(s >> 8) / 16777216.0f;
+  }
+  *state = s;
+}
+
 // A streaming kernel that reads `reads` arrays and writes `writes` arrays of n floats each,
 // doing nothing but one add per element: the best-case speed of any kernel with the same
 // memory traffic ("copy" baseline).

@@ -96,16 +96,8 @@ Limits measure_limits(int threads, bool quick) {
   const int64_t n = (quick ? 64ll : 256ll) << 20 >> 2;  // floats per buffer
   auto a = aligned_buffer(static_cast<size_t>(n) * 4),
        b = aligned_buffer(static_cast<size_t>(n) * 4);
-  // Distinct values on every page: the hosts we run on merge identical pages (zeros included),
-  // and a merged source would be read from cache.
-  {
-    float* pa = static_cast<float*>(a.get());
-    uint32_t s = 12345u;
-    for (int64_t i = 0; i < n; ++i) {
-      s = s * 1664525u + 1013904223u;
-      pa[i] = static_cast<float>(s >> 8) * (1.0f / 16777216.0f);
-    }
-  }
+  uint32_t seed = 12345u;
+  fill_random(static_cast<float*>(a.get()), n, &seed);  // never merged pages (see fill_random)
   std::memset(b.get(), 0, static_cast<size_t>(n) * 4);
   float* out = static_cast<float*>(b.get());
   const float* in = static_cast<const float*>(a.get());

@@ -39,14 +39,10 @@ inline Tensor filled(DType dt, const Shape& shape, uint32_t seed, float lo = -1.
   const int64_t n = t.numel();
   std::vector<float> tmp(static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(n, 1 << 20))));
   uint32_t s = seed * 2654435761u + 12345u;
-  // One random stream over the whole tensor, never a repeated block: the hosts we run on merge
-  // identical memory pages, and a tensor made of one 4 MiB block repeated was then read from
-  // cache (a "copy" baseline at 80-99 GB/s on a 50 GB/s machine).
+  // One stream over the whole tensor (fill_random); a repeated 4 MiB block had made the "copy"
+  // baseline read from cache at 80-99 GB/s on a 50 GB/s machine.
   for (int64_t i = 0; i < n; i += static_cast<int64_t>(tmp.size())) {
-    for (auto& v : tmp) {
-      s = s * 1664525u + 1013904223u;
-      v = lo + (hi - lo) * static_cast<float>(s >> 8) / 16777216.0f;
-    }
+    fill_random(tmp.data(), static_cast<int64_t>(tmp.size()), &s, lo, hi);
     const int64_t m = std::min<int64_t>(static_cast<int64_t>(tmp.size()), n - i);
     convert(static_cast<char*>(t.data()) + i * static_cast<int64_t>(dtype_size(dt)), dt, tmp.data(),
             DType::kF32, m);

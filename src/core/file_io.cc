@@ -11,8 +11,9 @@ namespace tboost {
 std::string read_file(const std::string& path, std::string_view what) {
   const std::string name = what.empty() ? path : std::string(what) + " " + path;
   std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw Error(ErrorCode::kIo, name + ": no such file");
   if (!std::filesystem::is_regular_file(path, ec))
-    throw Error(ErrorCode::kIo, name + ": no such file");
+    throw Error(ErrorCode::kIo, name + ": not a regular file");
   std::ifstream f(path, std::ios::binary);
   std::ostringstream ss;
   ss << f.rdbuf();

@@ -12,6 +12,7 @@
 
 #include "src/ops/op_base.h"
 #include "tboost/core/dtype.h"
+#include "tboost/core/tensor.h"
 
 namespace tboost::ops_internal {
 
@@ -51,18 +52,11 @@ inline dnnl::primitive_attr user_scratchpad_attr() {
 // The calling thread's scratchpad for a primitive whose descriptor asks for md (grown as
 // needed; valid until this thread's next call).
 inline dnnl::memory thread_scratchpad(const dnnl::memory::desc& md, const dnnl::engine& eng) {
-  struct Buffer {
-    std::unique_ptr<char, void (*)(void*)> p{
-        nullptr, [](void* q) { ::operator delete[](q, std::align_val_t{64}); }};
-    size_t size = 0;
-  };
-  thread_local Buffer buf;
+  thread_local std::shared_ptr<void> buf;
+  thread_local size_t size = 0;
   const size_t need = std::max<size_t>(md.get_size(), 1);
-  if (buf.size < need) {
-    buf.p.reset(static_cast<char*>(::operator new[](need, std::align_val_t{64})));
-    buf.size = need;
-  }
-  return dnnl::memory(md, eng, buf.p.get());
+  if (size < need) buf = aligned_buffer(need), size = need;
+  return dnnl::memory(md, eng, buf.get());
 }
 
 inline dnnl::memory::data_type dnnl_type(DType t) {

@@ -49,7 +49,7 @@ bool LossScaler::update(bool found_nonfinite) {
     return false;
   }
   if (++clean_ >= interval_) {
-    scale_ = std::min(scale_ * 2.0f, 4294967296.0f);  // 2^32: beyond it f32 gradients overflow
+    scale_ = std::min(scale_ * 2.0f, 4294967296.0f);  // capped at 2^32
     clean_ = 0;
   }
   return true;

@@ -2,6 +2,7 @@
 #include "tests/ops/harness.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -20,11 +21,20 @@ namespace {
 struct ForcedTarget {
   ForcedTarget() {
     const char* t = std::getenv("TBOOST_TEST_HWY_TARGET");
-    if (!t) return;
+    if (!t || !*t) return;
     const std::string want(t);
     if (want == "emu128") hwy::SetSupportedTargetsForTest(HWY_EMU128);
     if (want == "avx2" && (hwy::SupportedTargets() & HWY_AVX2))
       hwy::SetSupportedTargetsForTest(HWY_AVX2 | HWY_SCALAR | HWY_EMU128);
+    if (want != "emu128" && want != "avx2") {
+      std::fprintf(stderr, "TBOOST_TEST_HWY_TARGET=%s: expected emu128 or avx2\n", t);
+      std::abort();
+    }
+    // The cap took: nothing above AVX2 is left to dispatch to.
+    if ((hwy::SupportedTargets() & ~(HWY_AVX2 | HWY_SCALAR | HWY_EMU128)) != 0) {
+      std::fprintf(stderr, "TBOOST_TEST_HWY_TARGET=%s did not cap the Highway targets\n", t);
+      std::abort();
+    }
   }
 } forced_target;
 }  // namespace

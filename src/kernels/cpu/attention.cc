@@ -179,14 +179,8 @@ using VU = hn::Vec<DU>;
 
 #undef TBOOST_ATTN_BF16_NATIVE  // this file is compiled once per target
 #undef TBOOST_PAIR_ATTR
-#if HWY_TARGET == HWY_AVX3
-#define TBOOST_ATTN_BF16_NATIVE 1
-#define TBOOST_PAIR_ATTR \
-  __attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")))
-#else
-#define TBOOST_ATTN_BF16_NATIVE 0
-#define TBOOST_PAIR_ATTR
-#endif
+#define TBOOST_ATTN_BF16_NATIVE TBOOST_HAS_BF16_DOT
+#define TBOOST_PAIR_ATTR TBOOST_BF16_DOT_ATTR
 
 // acc + a.hi·b.hi + a.lo·b.lo per lane, in vdpbf16ps's order (products of bf16 values are
 // exact in f32; the instruction also flushes denormals, which our kernels do via FTZ/DAZ).

@@ -102,13 +102,11 @@ HWY_INLINE void DotRowBf16Pairs(const float* x, int64_t ldx, const bf16_t* w, in
 // into 16 f32 lanes in one instruction, with x and w loaded as they are stored (no widening,
 // no pair split). The products of bf16 values are exact in f32, so only the summation order
 // differs from the widened path. Used only when x itself is bf16 (a bf16 model's activations).
-#undef TBOOST_GEMV_DP
-#if HWY_TARGET == HWY_AVX3
-#define TBOOST_GEMV_DP 1
+#if TBOOST_HAS_BF16_DOT
 template <int kM, int kU>
-__attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16"))) HWY_NOINLINE void
-DotRowsBf16Dp(const uint32_t* x2, int64_t ldx2, const bf16_t* w, int64_t ldw, int64_t K,
-              int64_t cnt, float* sums) {
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16Dp(const uint32_t* x2, int64_t ldx2,
+                                                     const bf16_t* w, int64_t ldw, int64_t K,
+                                                     int64_t cnt, float* sums) {
   const int64_t P = K / 2;  // u32 pairs per row, a multiple of 16
   for (int64_t j = 0; j < cnt; ++j) {
     const uint32_t* wr = reinterpret_cast<const uint32_t*>(w + j * ldw);
@@ -136,20 +134,22 @@ DotRowsBf16Dp(const uint32_t* x2, int64_t ldx2, const bf16_t* w, int64_t ldw, in
     }
   }
 }
-#else
-#define TBOOST_GEMV_DP 0
 #endif
+
+// How x is stored for the dots: f32 rows; f32 rows pair-split per 2·Lanes chunk (bf16
+// weights, DotRowBf16Pairs); or bf16 rows as given, dotted with vdpbf16ps (DotRowsBf16Dp).
+enum class XLayout { kF32, kF32PairSplit, kBf16 };
 
 // Dots of kM rows of x with weight rows [0, cnt) (cnt <= 16) into sums[m * 16 + j], row after
 // row. Accumulators: kM * kU in the 16 ymm registers of AVX2.
 template <int kM, class TW>
 HWY_INLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
-                        int64_t cnt, float* sums, int mode) {
+                        int64_t cnt, float* sums, XLayout xl) {
   constexpr int kU = kM <= 2 ? 4 : 2;
-  const bool pairs = mode == 1;
-#if TBOOST_GEMV_DP
+  const bool pairs = xl == XLayout::kF32PairSplit;
+#if TBOOST_HAS_BF16_DOT
   if constexpr (std::is_same_v<TW, bf16_t>) {
-    if (mode == 2)  // x holds bf16 rows of K / 2 u32 pairs (ldx counts floats = u32s)
+    if (xl == XLayout::kBf16)  // x holds bf16 rows of K / 2 u32 pairs (ldx counts u32s)
       return DotRowsBf16Dp<kM, 4>(reinterpret_cast<const uint32_t*>(x), ldx, w, ldw, K, cnt, sums);
   }
 #endif
@@ -194,7 +194,7 @@ void Epilogue(const GemvArgs& a, const float* sums, int64_t m0, int64_t mcount, 
 }
 
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
-void GemvTyped(const GemvArgs& a, const float* xf, int mode, int64_t ldx) {
+void GemvTyped(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
   constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 vectors)
   const int64_t blocks = (a.N + kBlock - 1) / kBlock;
   const TW* w = static_cast<const TW*>(a.w);
@@ -214,16 +214,16 @@ void GemvTyped(const GemvArgs& a, const float* xf, int mode, int64_t ldx) {
         const float* xm = xf + m0 * ldx;
         switch (mc) {
           case 1:
-            DotRows<1>(xm, ldx, wb, a.ldw, a.K, cnt, sums, mode);
+            DotRows<1>(xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
             break;
           case 2:
-            DotRows<2>(xm, ldx, wb, a.ldw, a.K, cnt, sums, mode);
+            DotRows<2>(xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
             break;
           case 3:
-            DotRows<3>(xm, ldx, wb, a.ldw, a.K, cnt, sums, mode);
+            DotRows<3>(xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
             break;
           default:
-            DotRows<4>(xm, ldx, wb, a.ldw, a.K, cnt, sums, mode);
+            DotRows<4>(xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
             break;
         }
         Epilogue<kAct, kHasAct, TY>(a, sums, m0, mc, n0, cnt);
@@ -233,30 +233,30 @@ void GemvTyped(const GemvArgs& a, const float* xf, int mode, int64_t ldx) {
 }
 
 template <class TW, class TY>
-void GemvAct(const GemvArgs& a, const float* xf, int mode, int64_t ldx) {
+void GemvAct(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
   using ops::ActivationType;
-  if (!a.has_act) return GemvTyped<TW, TY, ActivationType::kRelu, false>(a, xf, mode, ldx);
+  if (!a.has_act) return GemvTyped<TW, TY, ActivationType::kRelu, false>(a, xf, xl, ldx);
   switch (a.act) {
     case ActivationType::kRelu:
-      return GemvTyped<TW, TY, ActivationType::kRelu, true>(a, xf, mode, ldx);
+      return GemvTyped<TW, TY, ActivationType::kRelu, true>(a, xf, xl, ldx);
     case ActivationType::kGeluErf:
-      return GemvTyped<TW, TY, ActivationType::kGeluErf, true>(a, xf, mode, ldx);
+      return GemvTyped<TW, TY, ActivationType::kGeluErf, true>(a, xf, xl, ldx);
     case ActivationType::kGeluTanh:
-      return GemvTyped<TW, TY, ActivationType::kGeluTanh, true>(a, xf, mode, ldx);
+      return GemvTyped<TW, TY, ActivationType::kGeluTanh, true>(a, xf, xl, ldx);
     default:
-      return GemvTyped<TW, TY, ActivationType::kSilu, true>(a, xf, mode, ldx);
+      return GemvTyped<TW, TY, ActivationType::kSilu, true>(a, xf, xl, ldx);
   }
 }
 
 template <class TW>
-void GemvW(const GemvArgs& a, const float* xf, int mode, int64_t ldx) {
+void GemvW(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
   switch (a.y_dtype) {
     case DType::kBF16:
-      return GemvAct<TW, bf16_t>(a, xf, mode, ldx);
+      return GemvAct<TW, bf16_t>(a, xf, xl, ldx);
     case DType::kF16:
-      return GemvAct<TW, f16_t>(a, xf, mode, ldx);
+      return GemvAct<TW, f16_t>(a, xf, xl, ldx);
     default:
-      return GemvAct<TW, float>(a, xf, mode, ldx);
+      return GemvAct<TW, float>(a, xf, xl, ldx);
   }
 }
 
@@ -268,7 +268,7 @@ void GemvForward(const GemvArgs& a) {
   // each 2 * Lanes chunk split into its even and odd elements (see DotBlockBf16Pairs).
   const bool pairs = a.w_dtype == DType::kBF16 && a.K % (2 * L) == 0;
   thread_local std::vector<float> xbuf, tmp;
-#if TBOOST_GEMV_DP
+#if TBOOST_HAS_BF16_DOT
   // bf16 x and w where the CPU has vdpbf16ps: x rows copied as they are (K / 2 u32 pairs).
   if (pairs && a.x_dtype == DType::kBF16 && a.K % 32 == 0 && cpu_features().avx512_bf16) {
     const int64_t ldx2 = a.K / 2;
@@ -276,7 +276,7 @@ void GemvForward(const GemvArgs& a) {
     for (int64_t m = 0; m < a.M; ++m)
       std::memcpy(xbuf.data() + m * ldx2, static_cast<const bf16_t*>(a.x) + m * a.ldx,
                   static_cast<size_t>(a.K) * sizeof(bf16_t));
-    return GemvW<bf16_t>(a, xbuf.data(), 2, ldx2);
+    return GemvW<bf16_t>(a, xbuf.data(), XLayout::kBf16, ldx2);
   }
 #endif
   // x converted to contiguous f32 once (M * K floats: a few KiB to a few tens of KiB).
@@ -296,11 +296,11 @@ void GemvForward(const GemvArgs& a) {
   }
   switch (a.w_dtype) {
     case DType::kBF16:
-      return GemvW<bf16_t>(a, xbuf.data(), pairs ? 1 : 0, a.K);
+      return GemvW<bf16_t>(a, xbuf.data(), pairs ? XLayout::kF32PairSplit : XLayout::kF32, a.K);
     case DType::kF16:
-      return GemvW<f16_t>(a, xbuf.data(), 0, a.K);
+      return GemvW<f16_t>(a, xbuf.data(), XLayout::kF32, a.K);
     default:
-      return GemvW<float>(a, xbuf.data(), 0, a.K);
+      return GemvW<float>(a, xbuf.data(), XLayout::kF32, a.K);
   }
 }
 

@@ -28,6 +28,20 @@
 #include "tboost/core/dtype.h"
 #include "tboost/ops/activation.h"
 
+// The AVX-512 object's functions that use AVX512_BF16 (vdpbf16ps) carry this attribute; callers
+// check cpu_features().avx512_bf16 before calling them. TBOOST_HAS_BF16_DOT says whether this
+// target's object holds such functions.
+#undef TBOOST_HAS_BF16_DOT
+#undef TBOOST_BF16_DOT_ATTR
+#if HWY_TARGET == HWY_AVX3
+#define TBOOST_HAS_BF16_DOT 1
+#define TBOOST_BF16_DOT_ATTR \
+  __attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")))
+#else
+#define TBOOST_HAS_BF16_DOT 0
+#define TBOOST_BF16_DOT_ATTR
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
