@@ -31,7 +31,7 @@ struct Limits {
   double copy_gbps = 0.0;   // read + write bytes / s, normal stores, 256 MiB buffers
   double read_gbps = 0.0;   // read-only stream over the same 256 MiB
   double fma_gflops = 0.0;  // f32 FMA peak (vector width of the dispatched target)
-  // bf16 dot peak: derived, not measured (2x f32 where AVX512_BF16 exists, else f32).
+  // bf16 dot peak: a vdpbf16ps loop where AVX512_BF16 exists, else the f32 peak.
   double bf16_gflops = 0.0;
 };
 Limits measure_limits(int threads, bool quick);
