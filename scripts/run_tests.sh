@@ -104,6 +104,17 @@ if g.returncode != 0: sys.exit("generate from the trained checkpoint failed: " +
 PY
 $TB bench --train --config llama-tiny --batch 2 --seq 32 -r 1 --json >/dev/null
 $TB bench --train --config gpt2-tiny --batch 2 --seq 32 --micro-batch 1 --checkpointing --dtype bf16 -r 1 >/dev/null
+# f16 storage (with its dynamic loss scaling) trains: the loss falls over a short run.
+rm -rf build/tr_f16 build/tr_f16.jsonl
+$TB train --config llama-tiny --data README.md --out build/tr_f16 --steps 20 --batch 4 --seq 64 \
+  --dtype f16 --lr 3e-3 --warmup 3 --threads 2 --log build/tr_f16.jsonl >/dev/null 2>&1
+python3 -c "
+import json, sys
+L = [json.loads(l) for l in open('build/tr_f16.jsonl')]
+first, last = L[0]['loss'], sum(d['loss'] for d in L[-3:]) / 3
+if not last < first - 0.5: sys.exit(f'f16 training did not learn: {first} -> {last}')
+"
+$TB bench --train --config llama-tiny --batch 2 --seq 32 --dtype f16 -r 1 --json >/dev/null
 # Bad input: a one-line error on stderr and a non-zero exit, never a crash.
 expect_fail() {
   if "$@" >/dev/null 2>build/err.txt; then echo "expected failure: $*" >&2; exit 1; fi
@@ -113,6 +124,7 @@ expect_fail() {
 expect_fail $TB bench --model /nonexistent/model
 expect_fail $TB bench --config no-such-config
 expect_fail $TB bench --config llama-tiny -p 5000 -n 1
+expect_fail $TB bench --config llama-tiny --dtype f16
 echo "1,2,x" > build/bad_ids.txt
 expect_fail $TB perplexity -m tests/data/models/llama_tiny --ids build/bad_ids.txt
 echo "1,2,9999" > build/bad_ids.txt

@@ -1,7 +1,8 @@
 // Trainer: explicit forward and backward of the GPT-2 and LLaMA layer stacks through the fused
 // training kernels (include/tboost/train/trainer.h).
 //
-// Per layer, forward (A: the activation dtype, f32 or bf16):
+// Per layer, forward (A: the activation dtype, f32, bf16 or f16; WT: the matmuls' weight dtype,
+// A for f32 and bf16, the f32 master weights for f16 storage):
 //   h1 = norm1(x)                          stats kept (mean, rstd)
 //   qkv = h1 · Wqkvᵀ (+ b)                 one (M, (H + 2·Hkv)·D) buffer; LLaMA: three GEMMs
 //   rope(q, k) in place                    LLaMA
@@ -139,7 +140,8 @@ struct Trainer::Impl {
   TrainOptions opt;
   std::string config_text;  // config.json as loaded, or made from cfg
   int threads = 1;
-  DType A = DType::kF32;  // activations and compute weights
+  DType A = DType::kF32;   // activations and their gradients
+  DType WT = DType::kF32;  // the matmuls' weights: A, or the f32 master under f16 storage
   bool gpt2 = false;
   int64_t C = 0, H = 0, Hkv = 0, D = 0, F = 0, V = 0, L = 0, QW = 0, UW = 0;
   ops::ActivationType act = ops::ActivationType::kSwiGlu;
@@ -173,10 +175,10 @@ struct Trainer::Impl {
   size_t es() const { return dtype_size(A); }
   float* P(int i) const { return master.data_as<float>() + params[i].off; }
   float* G(int i) const { return grad.data_as<float>() + params[i].off; }
-  // The compute copy of parameter i (dtype A).
+  // The matmul copy of parameter i (dtype WT).
   const void* W(int i) const {
-    return A == DType::kF32 ? static_cast<const void*>(P(i))
-                            : static_cast<const void*>(p16.data_as<bf16_t>() + params[i].off);
+    return WT == DType::kF32 ? static_cast<const void*>(P(i))
+                             : static_cast<const void*>(p16.data_as<bf16_t>() + params[i].off);
   }
 
   int add(const std::string& name, std::vector<int64_t> shape, bool transposed = false) {
@@ -262,12 +264,12 @@ struct Trainer::Impl {
     grad = Tensor::zeros(DType::kU8, {static_cast<int64_t>(bytes)});
     m = Tensor::zeros(DType::kU8, {static_cast<int64_t>(bytes)});
     v = Tensor::zeros(DType::kU8, {static_cast<int64_t>(bytes)});
-    if (A != DType::kF32) p16 = Tensor::zeros(DType::kU8, {static_cast<int64_t>(bytes / 2 + 64)});
+    if (WT != DType::kF32) p16 = Tensor::zeros(DType::kU8, {static_cast<int64_t>(bytes / 2 + 64)});
   }
 
   void sync_compute_copy() {
-    if (A == DType::kF32) return;
-    convert(p16.data(), A, master.data(), DType::kF32, total);
+    if (WT == DType::kF32) return;
+    convert(p16.data(), WT, master.data(), DType::kF32, total);
   }
 
   // ---- arena ---------------------------------------------------------------------------------
@@ -344,12 +346,18 @@ struct Trainer::Impl {
     arena_M = Mb, arena_T = T, arena_ckpt = opt.checkpointing;
     arena_bytes = off;
     // The fused loss's transient block (~32 MiB of f32 logits, and the head widened to f32 when
-    // oneDNN has no matmul for A) is not in the arena but counts as activation memory.
+    // oneDNN has no matmul for WT) is not in the arena but counts as activation memory.
     const int64_t chunk =
         std::min<int64_t>(M, std::clamp<int64_t>((int64_t{32} << 20) / (V * 4), 16, 4096));
-    const bool native16 = A != DType::kF32 && k::gemm_has_native(A);
+    const bool native16 = WT != DType::kF32 && k::gemm_has_native(WT);
     scratch_bytes = static_cast<size_t>(chunk * V) * (native16 ? 6 : 4) +
-                    (A != DType::kF32 && !native16 ? static_cast<size_t>(V * C) * 4 : 0);
+                    (WT != DType::kF32 && !native16 ? static_cast<size_t>(V * C) * 4 : 0);
+    // Without a native matmul for A, k::gemm widens each 16-bit operand (and a 16-bit output)
+    // into per-thread f32 scratch that grows to the largest one: count those three blocks.
+    if (A != DType::kF32 && !k::gemm_has_native(A)) {
+      const int64_t widest = std::max({QW, UW, F, H * D, C});
+      scratch_bytes += 3 * static_cast<size_t>(M * widest) * 4;
+    }
   }
 
   // Attention over set s's qkv (rows of QW) for Mb sequences of T tokens.
@@ -375,12 +383,13 @@ struct Trainer::Impl {
 
   // ---- building blocks -------------------------------------------------------------------------
 
+  // y = op(a) · op(b) (+ y); a in A, b in bt (A, or WT for a weight).
   void mm(void* y, int64_t ldy, DType yt, const void* a, int64_t lda, bool ta, const void* b,
-          int64_t ldb, bool tb, int64_t M, int64_t N, int64_t K, bool acc) const {
+          DType bt, int64_t ldb, bool tb, int64_t M, int64_t N, int64_t K, bool acc) const {
     k::GemmArgs g;
     g.y = y, g.ldy = ldy, g.y_dtype = yt;
     g.a = a, g.lda = lda, g.a_dtype = A, g.trans_a = ta;
-    g.b = b, g.ldb = ldb, g.b_dtype = A, g.trans_b = tb;
+    g.b = b, g.ldb = ldb, g.b_dtype = bt, g.trans_b = tb;
     g.M = M, g.N = N, g.K = K, g.accumulate = acc, g.threads = threads;
     k::gemm(g);
   }
@@ -415,7 +424,7 @@ struct Trainer::Impl {
     } else if (b >= 0) {
       add_bias(y, ldy, b, M, N);
     }
-    mm(y, ldy, A, x, ldx, false, W(w), K, true, M, N, K, acc);
+    mm(y, ldy, A, x, ldx, false, W(w), WT, K, true, M, N, K, acc);
   }
 
   // dx (M, K at ldx) (=, or += when acc_dx) dy · W; dW += dyᵀ · x; db += column sums of dy.
@@ -423,8 +432,8 @@ struct Trainer::Impl {
                   int64_t ldxin, int w, int b, int64_t M) const {
     const ParamInfo& p = params[static_cast<size_t>(w)];
     const int64_t N = p.rows, K = p.cols;
-    if (dxp) mm(dxp, ldx, A, dy, ldy, false, W(w), K, false, M, K, N, acc_dx);
-    mm(G(w), K, DType::kF32, dy, ldy, true, x, ldxin, false, N, K, M, true);
+    if (dxp) mm(dxp, ldx, A, dy, ldy, false, W(w), WT, K, false, M, K, N, acc_dx);
+    mm(G(w), K, DType::kF32, dy, ldy, true, x, A, ldxin, false, N, K, M, true);
     if (b >= 0) {
       // Callers pass a bias only for a whole (unsliced) output: column sums of contiguous rows.
       if (ldy != N) throw Error(ErrorCode::kInternal, "linear_bwd: bias of a column slice");
@@ -569,7 +578,7 @@ struct Trainer::Impl {
     norm(hf, meanf, rstdf, xs[static_cast<size_t>(L)], lnf_w, lnf_b, M);
     k::LinearCrossEntropyArgs ce;
     ce.dx = backward ? dh : nullptr, ce.dw = backward ? G(head) : nullptr;
-    ce.x = hf, ce.w = W(head), ce.labels = labels, ce.dtype = A;
+    ce.x = hf, ce.w = W(head), ce.labels = labels, ce.dtype = A, ce.w_dtype = WT;
     ce.M = M, ce.K = C, ce.V = V, ce.grad_scale = grad_scale, ce.threads = threads;
     const double loss = k::linear_cross_entropy(ce);
     if (!backward) return loss;
@@ -642,15 +651,16 @@ Trainer::~Trainer() = default;
 
 namespace {
 std::unique_ptr<Trainer::Impl> make_impl(const ModelConfig& c, const TrainOptions& o) {
-  if (o.compute != DType::kF32 && o.compute != DType::kBF16)
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        std::string("training: compute dtype must be f32 or bf16, got ") + dtype_name(o.compute));
+  if (o.compute != DType::kF32 && o.compute != DType::kBF16 && o.compute != DType::kF16)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("training: compute dtype must be f32, bf16 or f16, got ") +
+                    dtype_name(o.compute));
   c.validate("training config");
   auto impl = std::make_unique<Trainer::Impl>();
   impl->cfg = c;
   impl->opt = o;
   impl->A = o.compute;
+  impl->WT = o.compute == DType::kF16 ? DType::kF32 : o.compute;
   impl->threads = o.threads > 0 ? o.threads : available_cores();
   impl->scaler = LossScaler(o.loss_scaling ? o.initial_loss_scale : 1.0f, o.growth_interval);
   impl->build_params();
@@ -774,7 +784,7 @@ StepStats Trainer::step(const int32_t* ids, const int32_t* labels, int64_t batch
     a.m = s.m.data_as<float>() + p.off;
     a.v = s.v.data_as<float>() + p.off;
     a.g = s.grad.data_as<float>() + p.off;
-    a.p16 = s.A == DType::kF32 ? nullptr : s.p16.data_as<bf16_t>() + p.off;
+    a.p16 = s.WT == DType::kF32 ? nullptr : s.p16.data_as<bf16_t>() + p.off;
     a.n = p.n, a.step = s.adam_t;
     a.lr = static_cast<float>(st.lr), a.beta1 = s.opt.beta1, a.beta2 = s.opt.beta2;
     a.eps = s.opt.eps, a.weight_decay = p.decay ? s.opt.weight_decay : 0.0f;

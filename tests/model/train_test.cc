@@ -280,6 +280,65 @@ TEST(Trainer, Bf16AutocastTracksTheF64Gradients) {
   }
 }
 
+// f16 storage: activations and their gradients in f16, products in f32 from the f32 master
+// weights. f16 keeps 11 significant bits (bf16 8), so it tracks float64 closer than autocast.
+// A gradient scale passes through the f16 backward and divides out exactly (a power of two).
+TEST(Trainer, F16StorageTracksTheF64Gradients) {
+  const json g = golden("llama_tiny");
+  TrainOptions o = golden_options(g);
+  o.compute = DType::kF16;
+  auto tr = Trainer::from_pretrained(model_dir("llama_tiny"), o);
+  const Batch b = batch_of(g, 0);
+  auto st = model::SafeTensors::open(train_dir("llama_tiny") + "/grads.safetensors");
+  for (const float scale : {1.0f, 1024.0f}) {
+    const double loss =
+        tr->forward_backward(b.ids.data(), b.labels.data(), g["batch"], g["seq"], scale);
+    EXPECT_NEAR(loss, g["loss_f64"].get<double>(), 2e-3) << "scale " << scale;
+    for (const std::string& p : tr->parameter_names()) {
+      const float* w = static_cast<const float*>(st->tensor(p).data());
+      const std::vector<float> got = tr->gradient(p);
+      double dot = 0, n1 = 0, n2 = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double x = got[i] / static_cast<double>(scale);
+        ASSERT_TRUE(std::isfinite(x)) << p << " [" << i << "] at scale " << scale;
+        dot += x * w[i], n1 += x * x, n2 += w[i] * static_cast<double>(w[i]);
+      }
+      EXPECT_GT(dot / std::sqrt(n1 * n2 + 1e-300), 0.999) << p << " at scale " << scale;
+      EXPECT_NEAR(std::sqrt(n1 / (n2 + 1e-300)), 1.0, 2e-2) << p << " at scale " << scale;
+    }
+  }
+}
+
+// Under f16 storage a too-large loss scale overflows f16 (max 65504) in the backward: those
+// steps are skipped and the scale halves until the gradients are finite; the first applied
+// step then has the gradient norm of the same step in f32.
+TEST(Trainer, F16LossScaleBacksOffBelowF16Overflow) {
+  const json g = golden("llama_tiny");
+  TrainOptions o = golden_options(g);
+  o.warmup_steps = 0, o.total_steps = 0;  // one learning rate whatever the step
+  auto ref = Trainer::from_pretrained(model_dir("llama_tiny"), o);
+  o.compute = DType::kF16, o.loss_scaling = true, o.initial_loss_scale = 1099511627776.0f;  // 2^40
+  auto tr = Trainer::from_pretrained(model_dir("llama_tiny"), o);
+  const Batch b = batch_of(g, 0);
+  const auto before = tr->parameter("model.layers.0.mlp.up_proj.weight");
+  int skipped = 0;
+  StepStats st;
+  for (int i = 0; i < 40; ++i) {
+    st = tr->step(b.ids.data(), b.labels.data(), g["batch"], g["seq"]);
+    if (!st.skipped) break;
+    ++skipped;
+    EXPECT_EQ(tr->parameter("model.layers.0.mlp.up_proj.weight"), before) << "step " << i;
+  }
+  ASSERT_FALSE(st.skipped) << "no finite step in 40";
+  EXPECT_GT(skipped, 0) << "2^40 should overflow f16";
+  EXPECT_LT(st.loss_scale, 1099511627776.0f);
+  EXPECT_EQ(st.loss_scale, std::ldexp(1.0f, 40 - skipped));
+  const StepStats want = ref->step(b.ids.data(), b.labels.data(), g["batch"], g["seq"]);
+  EXPECT_NEAR(st.grad_norm, want.grad_norm, 2e-2 * want.grad_norm);
+  EXPECT_NEAR(st.loss, want.loss, 2e-3);
+  EXPECT_NE(tr->parameter("model.layers.0.mlp.up_proj.weight"), before);
+}
+
 TEST(Trainer, LossScalerSkipsOverflowAndGrows) {
   LossScaler s(8.0f, 3);
   EXPECT_FALSE(s.update(true));

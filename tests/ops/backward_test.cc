@@ -552,6 +552,35 @@ INSTANTIATE_TEST_SUITE_P(Cases, LinearCrossEntropyKernel, ::testing::ValuesIn(lc
                                   std::to_string(c.chunk) + (c.eps != 0.0f ? "_smooth" : "");
                          });
 
+// Rows in one dtype and the head in another (f16 training storage: f16 rows, the f32 master
+// head): the head is used as stored, the rows widened; dx comes back in the rows' dtype.
+TEST(LinearCrossEntropyKernel, F16RowsWithAnF32Head) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t M = 37, K = 29, V = 301;
+  const Tensor x = random_tensor(rng, DType::kF16, {M, K}, false, -2, 2).view;
+  const Tensor w = random_tensor(rng, DType::kF32, {V, K}, false, -2, 2).view;
+  std::vector<int32_t> labels(static_cast<size_t>(M));
+  std::vector<int64_t> labels64(labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    labels[i] = i % 7 == 2 ? -100 : static_cast<int32_t>(rng.integer(0, V - 1));
+    labels64[i] = labels[i];
+  }
+  RefOut rdx, rdw;
+  const double want =
+      ref::linear_cross_entropy(&rdx, &rdw, to_f64(x), to_f64(w), labels64, M, K, V, -100, 0.0f);
+  Tensor dx = poisoned(DType::kF16, {M, K});
+  std::vector<float> dw(static_cast<size_t>(V * K), 0.0f);
+  kernels::LinearCrossEntropyArgs a;
+  a.dx = dx.data(), a.dw = dw.data(), a.x = x.data(), a.w = w.data(), a.labels = labels.data();
+  a.dtype = DType::kF16, a.w_dtype = DType::kF32, a.M = M, a.K = K, a.V = V, a.chunk_rows = 11;
+  a.threads = 2;
+  const double got = kernels::linear_cross_entropy(a);
+  EXPECT_NEAR(got, want, tolerance(DType::kF32, K) * (1.0 + std::abs(want))) << "loss";
+  expect_matches(to_f64(dx), rdx, tolerance(DType::kF16, V), "dx");
+  expect_matches(Vec(dw.begin(), dw.end()), rdw, tolerance(DType::kF32, M), "dw");
+}
+
 TEST(LinearCrossEntropyKernel, BadLabelThrowsBeforeWritingAndAllIgnoredIsZero) {
   Rng rng;
   const int64_t M = 5, K = 4, V = 7;

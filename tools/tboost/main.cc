@@ -94,7 +94,10 @@ int main(int argc, char** argv) {
                                  "llama-1b, ...)");
   auto* bmodel = bench->add_option("--model", margs.model, "Checkpoint directory");
   bcfg->excludes(bmodel);
-  bench->add_option("--dtype", margs.dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  bench
+      ->add_option("--dtype", margs.dtype,
+                   "f32 or bf16; with --train also f16 (f16 storage, f32 compute, loss scaling)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   bench->add_option("--threads,-t", margs.threads, "Threads (0 = all cores)")
       ->check(CLI::Range(0, 4096));
   bench->add_option("-p,--prompt", margs.prompt, "Prefill tokens")
@@ -121,7 +124,8 @@ int main(int argc, char** argv) {
                   "--train: gradient checkpointing (recompute each layer in backward)");
 
   tboost::tools::TrainArgs trargs;
-  auto* train = app.add_subcommand("train", "Train a causal LM on a text file (f32 or bf16)");
+  auto* train =
+      app.add_subcommand("train", "Train a causal LM on a text file (f32, bf16 or f16 storage)");
   auto* tcfg =
       train->add_option("--config", trargs.config,
                         "Built-in config with random weights (llama-110m, gpt2-small, ...)");
@@ -138,8 +142,11 @@ int main(int argc, char** argv) {
   train->add_option("--micro-batch", trargs.micro_batch, "Sequences per micro-batch (0 = all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
   train->add_flag("--checkpointing", trargs.checkpointing, "Gradient checkpointing");
-  train->add_option("--dtype", trargs.dtype, "f32, or bf16 (autocast, f32 master weights)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  train
+      ->add_option("--dtype", trargs.dtype,
+                   "f32; bf16 (autocast, f32 master weights); or f16 (f16 activations and "
+                   "gradients, f32 compute and master weights, always with dynamic loss scaling)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   train->add_option("--tokens", trargs.tokens, "auto, byte or model (the model's tokenizer)")
       ->check(CLI::IsMember({"auto", "byte", "model"}));
   train->add_option("--lr", trargs.lr, "Peak learning rate")->check(CLI::PositiveNumber);
@@ -252,6 +259,12 @@ int main(int argc, char** argv) {
         targs_b.threads = margs.threads, targs_b.json = margs.json;
         targs_b.reps = margs.reps;
         return tboost::tools::run_train_bench(targs_b);
+      }
+      if (margs.dtype == "f16") {
+        std::fprintf(stderr,
+                     "tboost: error: bench --dtype f16 is a training storage mode (add --train); "
+                     "inference runs f32 or bf16\n");
+        return 2;
       }
       return tboost::tools::run_model_bench(margs);
     } else if (*optimize) {

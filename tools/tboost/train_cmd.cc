@@ -112,7 +112,8 @@ TrainOptions options_of(const TrainArgs& a) {
   o.micro_batch = a.micro_batch, o.checkpointing = a.checkpointing;
   o.lr = a.lr, o.weight_decay = a.weight_decay, o.clip_norm = a.clip;
   o.warmup_steps = a.warmup, o.total_steps = a.steps, o.min_lr_ratio = a.min_lr_ratio;
-  o.loss_scaling = a.loss_scaling, o.threads = a.threads;
+  // f16 activation gradients underflow without it, so f16 storage always scales the loss.
+  o.loss_scaling = a.loss_scaling || o.compute == DType::kF16, o.threads = a.threads;
   return o;
 }
 
@@ -271,6 +272,7 @@ int run_train_bench(const TrainBenchArgs& a) {
   TrainOptions o;
   o.compute = parse_dtype(a.dtype);
   o.micro_batch = a.micro_batch, o.checkpointing = a.checkpointing, o.threads = a.threads;
+  o.loss_scaling = o.compute == DType::kF16;  // as `tboost train` runs f16
   auto tr = a.model.empty() ? Trainer::from_config(model::ModelConfig::builtin(a.config), o, 1)
                             : Trainer::from_pretrained(a.model, o);
   const model::ModelConfig& c = tr->config();

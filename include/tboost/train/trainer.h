@@ -1,8 +1,8 @@
 // Training of causal LMs (GPT-2 and LLaMA families) on the CPU: explicit layer forward and
 // backward through the fused training kernels (no tape), one activation arena sized once per
 // micro-batch shape, fused AdamW over f32 master weights, gradient clipping by global norm,
-// warmup + cosine schedule, gradient accumulation, gradient checkpointing, bf16 autocast and
-// dynamic loss scaling.
+// warmup + cosine schedule, gradient accumulation, gradient checkpointing, bf16 autocast, f16
+// storage and dynamic loss scaling.
 //
 // Parameters live in one flat f32 buffer (master weights) in the Hugging Face names and layouts
 // (GPT-2's Conv1D matrices transposed to (out, in) inside, back on save); gradients, AdamW's
@@ -27,8 +27,11 @@
 namespace tboost::train {
 
 struct TrainOptions {
-  // kF32, or kBF16: autocast (bf16 weights copy and activations, f32 master weights, f32
-  // accumulation in every kernel and in the gradients).
+  // kF32; kBF16: autocast (bf16 weights copy and activations, f32 master weights, f32
+  // accumulation in every kernel and in the gradients); or kF16: f16 storage (activations and
+  // their gradients in f16, half of f32's activation memory; every product computed in f32
+  // from the f32 master weights, since oneDNN has no f16 matmul on these CPUs). f16's range
+  // ends at 65504 and its gradients underflow below ~6e-8: use it with loss_scaling.
   DType compute = DType::kF32;
   int64_t micro_batch = 0;     // sequences per micro-batch; 0: the whole batch at once
   bool checkpointing = false;  // keep each layer's input only; recompute the layer in backward

@@ -116,10 +116,10 @@ double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
   // three products of every chunk then run in f32 without re-widening it.
   std::vector<float> w32;
   const void* w = a.w;
-  DType wt = a.dtype;
-  if (a.dtype != DType::kF32 && !gemm_has_native(a.dtype)) {
+  DType wt = a.w_dtype.value_or(a.dtype);
+  if (wt != DType::kF32 && !gemm_has_native(wt)) {
     w32.resize(static_cast<size_t>(V * K));
-    convert(w32.data(), DType::kF32, a.w, a.dtype, V * K);
+    convert(w32.data(), DType::kF32, a.w, wt, V * K);
     w = w32.data(), wt = DType::kF32;
   }
   int64_t chunk = a.chunk_rows;

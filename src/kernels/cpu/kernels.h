@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "tboost/core/dtype.h"
 #include "tboost/ops/activation.h"
@@ -146,8 +147,9 @@ bool gemm_has_native(DType t);
 // Fused lm head + softmax + cross-entropy + gradients over row chunks (the (M, V) logits never
 // exist): returns the mean loss over rows whose label is not ignore_index (0 when none),
 // writes dx (M, K) = d loss / d x (may be null) and accumulates dw (V, K, f32) += d loss / d W
-// (may be null). x, w, dx in dtype; labels in [0, V) or ignore_index (else a tboost::Error
-// before anything is written). chunk_rows 0: chunks of ~32 MiB of f32 logits.
+// (may be null). x, dx in dtype, w in w_dtype (unset: dtype); labels in [0, V) or ignore_index
+// (else a tboost::Error before anything is written). chunk_rows 0: chunks of ~32 MiB of f32
+// logits.
 struct LinearCrossEntropyArgs {
   void* dx = nullptr;
   float* dw = nullptr;
@@ -155,6 +157,7 @@ struct LinearCrossEntropyArgs {
   const void* w = nullptr;  // (V, K)
   const int32_t* labels = nullptr;
   DType dtype = DType::kF32;
+  std::optional<DType> w_dtype;
   int64_t M = 0, K = 0, V = 0;
   int64_t ignore_index = -100;
   float label_smoothing = 0.0f;
