@@ -36,6 +36,7 @@ echo "== tboost optimize smoke runs (op-by-op layer; a tiny ONNX export against 
 echo "== model CLI smoke runs (bench, perplexity, tokenize, generate, embed) and bad input"
 TB=./build/release/tools/tboost/tboost
 $TB bench --config llama-tiny -p 32 -n 8 -r 1 --json >/dev/null
+$TB bench --config llama-tiny -p 32 -n 8 -r 1 --cache-dtype bf16 --json >/dev/null
 $TB bench --model tests/data/models/gpt2_tiny -p 16 -n 4 -r 1 >/dev/null
 echo "3,14,15,92,65,35,89,79" > build/ids.txt
 $TB perplexity -m tests/data/models/llama_tiny --ids build/ids.txt --dump-logits build/ppl_logits.npy

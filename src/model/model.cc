@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "tboost/core/error.h"
 #include "tboost/graph/executor.h"
@@ -405,7 +406,8 @@ struct GraphSpec {
 //   extend:  ids (B, Sq), positions (B, Sq), slots (T = B*Sq), context_lens (B),
 //            [block_tables (B, MB)], rows (R), caches
 // caches: key_l, value_l for every layer, (blocks, Hkv, block_size, D). Output: logits (R, V).
-Graph build_lm(const ModelConfig& c, const Weights& W, DType dt, Mode mode, bool paged) {
+Graph build_lm(const ModelConfig& c, const Weights& W, DType dt, Mode mode, bool paged,
+               DType cache_dt) {
   Builder b;
   Graph& g = b.g;
   const int64_t C = c.hidden, Hkv = c.kv_heads, D = c.head_dim;
@@ -425,8 +427,8 @@ Graph build_lm(const ModelConfig& c, const Weights& W, DType dt, Mode mode, bool
   const TensorId rows = g.input("rows", DType::kI32, {"R"});
   std::vector<TensorId> kc, vc;
   for (int64_t l = 0; l < c.layers; ++l) {
-    kc.push_back(g.input("key_cache." + std::to_string(l), dt, {"NB", Hkv, "BS", D}));
-    vc.push_back(g.input("value_cache." + std::to_string(l), dt, {"NB", Hkv, "BS", D}));
+    kc.push_back(g.input("key_cache." + std::to_string(l), cache_dt, {"NB", Hkv, "BS", D}));
+    vc.push_back(g.input("value_cache." + std::to_string(l), cache_dt, {"NB", Hkv, "BS", D}));
   }
   const bool gpt2 = c.family == Family::kGpt2;
   const std::vector<int64_t> head_shape =
@@ -561,15 +563,15 @@ struct OptimizedTransformer::Impl {
   Weights W;
   size_t bytes = 0;
   TuningParams tune;
-  // Executors per (mode, paged), made on first use.
-  std::map<std::pair<int, bool>, std::unique_ptr<graph::GraphExecutor>> exec;
+  // Executors per (mode, paged, cache dtype), made on first use.
+  std::map<std::tuple<int, bool, DType>, std::unique_ptr<graph::GraphExecutor>> exec;
 
-  graph::GraphExecutor& executor(Mode m, bool paged) {
-    auto key = std::make_pair(static_cast<int>(m), paged);
+  graph::GraphExecutor& executor(Mode m, bool paged, DType cache_dt) {
+    auto key = std::make_tuple(static_cast<int>(m), paged, cache_dt);
     auto& e = exec[key];
     if (!e) {
-      auto g = std::make_shared<Graph>(m == Mode::kEncode ? build_encoder(cfg, W)
-                                                          : build_lm(cfg, W, dt, m, paged));
+      auto g = std::make_shared<Graph>(
+          m == Mode::kEncode ? build_encoder(cfg, W) : build_lm(cfg, W, dt, m, paged, cache_dt));
       e = graph::make_graph_executor(g);
     }
     return *e;
@@ -637,6 +639,8 @@ void OptimizedTransformer::set_tuning_params(const TuningParams& p) {
   if (p.max_seq_length < 0) fail("max_seq_length must be >= 0 (0: the model's maximum)");
   if (p.block_size <= 0) fail("block_size must be > 0, got " + std::to_string(p.block_size));
   if (p.prefill_chunk <= 0) fail("prefill_chunk must be > 0");
+  if (p.cache_dtype && *p.cache_dtype != DType::kF32 && *p.cache_dtype != DType::kBF16)
+    fail(std::string("cache_dtype must be f32 or bf16, got ") + dtype_name(*p.cache_dtype));
   impl_->tune = p;
 }
 size_t OptimizedTransformer::weight_bytes() const { return impl_->bytes; }
@@ -670,6 +674,7 @@ struct OptimizedTransformer::Session::Impl {
   OptimizedTransformer::Impl* m = nullptr;
   int64_t max_batch = 1, capacity = 0, bs = 0, blocks_per_seq = 0;
   bool paged = true;
+  DType cache_dt = DType::kF32;
   std::vector<Tensor> kcache, vcache;
   std::vector<char> live;
   std::vector<int64_t> len;
@@ -727,7 +732,7 @@ struct OptimizedTransformer::Session::Impl {
     std::vector<Tensor> in = {i32_tensor(ids, {T}), i32_tensor(pos, {T}), i32_tensor(slots, {T}),
                               i32_tensor(cu, {B1}), i32_tensor(rows, {R})};
     for (const Tensor& t : cache_inputs()) in.push_back(t);
-    run(m->executor(Mode::kPrefill, paged), std::move(in), R, out, at);
+    run(m->executor(Mode::kPrefill, paged, cache_dt), std::move(in), R, out, at);
   }
   // Sequences with cached tokens, Sq new tokens each.
   void extend(const std::vector<int>& seqs, const std::vector<const int32_t*>& toks, int64_t Sq,
@@ -756,7 +761,7 @@ struct OptimizedTransformer::Session::Impl {
     if (paged) in.push_back(i32_tensor(tables, {B, blocks_per_seq}));
     in.push_back(i32_tensor(rows, {R}));
     for (const Tensor& t : cache_inputs()) in.push_back(t);
-    run(m->executor(Mode::kExtend, paged), std::move(in), R, out, at);
+    run(m->executor(Mode::kExtend, paged, cache_dt), std::move(in), R, out, at);
   }
 };
 
@@ -773,12 +778,13 @@ std::unique_ptr<OptimizedTransformer::Session> OptimizedTransformer::new_session
   s->max_batch = max_batch;
   s->capacity = impl_->max_seq();
   s->paged = impl_->tune.paged;
+  s->cache_dt = impl_->tune.cache_dtype.value_or(impl_->dt);
   s->bs = s->paged ? std::min(impl_->tune.block_size, s->capacity) : s->capacity;
   s->blocks_per_seq = (s->capacity + s->bs - 1) / s->bs;
   const int64_t nb = s->paged ? max_batch * s->blocks_per_seq : max_batch;
   for (int64_t l = 0; l < c.layers; ++l) {
-    s->kcache.push_back(Tensor::zeros(impl_->dt, {nb, c.kv_heads, s->bs, c.head_dim}));
-    s->vcache.push_back(Tensor::zeros(impl_->dt, {nb, c.kv_heads, s->bs, c.head_dim}));
+    s->kcache.push_back(Tensor::zeros(s->cache_dt, {nb, c.kv_heads, s->bs, c.head_dim}));
+    s->vcache.push_back(Tensor::zeros(s->cache_dt, {nb, c.kv_heads, s->bs, c.head_dim}));
   }
   s->live.assign(static_cast<size_t>(max_batch), 0);
   s->len.assign(static_cast<size_t>(max_batch), 0);
@@ -950,7 +956,7 @@ std::vector<Tensor> OptimizedTransformer::encode(
   const VariantPack pack{{i32_tensor(all, {T}), i32_tensor(types, {T}), i32_tensor(pos, {T}),
                           i32_tensor(cu, {static_cast<int64_t>(cu.size())})},
                          {hidden}};
-  graph::GraphExecutor& ex = m.executor(Mode::kEncode, false);
+  graph::GraphExecutor& ex = m.executor(Mode::kEncode, false, m.dt);
   const size_t ws = ex.setup(pack, *m.ctx);
   ex.execute(pack, ws ? m.ctx->workspace(ws) : nullptr, ws, *m.ctx);
   std::vector<Tensor> out;

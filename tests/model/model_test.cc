@@ -212,6 +212,44 @@ TEST(Session, PrefillDecodeChunksAndBatchesAgree) {
   }
 }
 
+// An f32 model with a bf16 KV cache: keys and values are rounded to bf16 once, when written,
+// so the logits stay within bf16's error of the f32 cache's, for the whole prompt (the rows
+// after the first chunk read the cache) and for decoding; the cache takes half the memory.
+TEST(Session, Bf16CacheTracksTheF32Cache) {
+  for (const char* name : {"llama-tiny", "gpt2-tiny"}) {
+    SCOPED_TRACE(name);
+    auto m = OptimizedTransformer::from_config(ModelConfig::builtin(name), {.threads = 2}, 7);
+    const int64_t V = m->config().vocab;
+    const auto p = random_ids(23, V, 1);
+    TuningParams tp;
+    tp.prefill_chunk = 8;
+    m->set_tuning_params(tp);
+    auto s = m->new_session(1);
+    const int qa = s->add_sequence();
+    const Tensor want = s->forward({qa}, {p}, true);
+    const Tensor want_next = s->forward({qa}, {{p[0]}});
+    tp.cache_dtype = DType::kBF16;
+    m->set_tuning_params(tp);
+    auto sb = m->new_session(1);
+    const int qb = sb->add_sequence();
+    const Tensor got = sb->forward({qb}, {p}, true);
+    const Tensor got_next = sb->forward({qb}, {{p[0]}});
+    const double e = rel_err(got.data_as<float>(), want.data_as<float>(), got.numel());
+    EXPECT_LE(e, 1e-2);
+    EXPECT_GT(e, 0.0) << "the bf16 cache was not used";
+    EXPECT_LE(rel_err(got_next.data_as<float>(), want_next.data_as<float>(), V), 1e-2);
+  }
+  auto m = OptimizedTransformer::from_config(ModelConfig::builtin("llama-tiny"), {}, 7);
+  TuningParams bad;
+  bad.cache_dtype = DType::kI8;
+  try {
+    m->set_tuning_params(bad);
+    ADD_FAILURE() << "accepted an i8 cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cache_dtype"), std::string::npos) << e.what();
+  }
+}
+
 // ---- bad input
 // -----------------------------------------------------------------------------------
 

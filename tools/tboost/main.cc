@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   bench->add_flag("--json", margs.json, "Print one JSON object");
   bench->add_flag("--mmap", margs.mmap, "Map the weights instead of reading them into memory");
+  bench
+      ->add_option("--cache-dtype", margs.cache_dtype,
+                   "KV cache f32 or bf16 (default: the model's dtype)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   bool train_bench = false;
   tboost::tools::TrainBenchArgs targs_b;
   bench->add_flag("--train", train_bench,
@@ -185,6 +189,10 @@ int main(int argc, char** argv) {
                                       "Generate text; streams tokens, then prefill "
                                       "and decode tokens/s");
   common(generate, gargs.m);
+  generate
+      ->add_option("--cache-dtype", gargs.cache_dtype,
+                   "KV cache f32 or bf16 (default: the model's dtype; bf16 halves its memory)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   generate->add_option("--prompt,-p", gargs.prompts, "Prompt text (repeat for a batch)")
       ->required();
   generate->add_option("--max-new-tokens,-n", gargs.max_new_tokens, "Tokens to generate")

@@ -75,6 +75,7 @@ int run_model_bench(const ModelBenchArgs& a) {
                                                  " tokens, longer than the context (" +
                                                  std::to_string(c.max_positions) + ")");
   tp.prefill_chunk = std::max<int64_t>(a.prompt, 1);
+  if (!a.cache_dtype.empty()) tp.cache_dtype = parse_dtype(a.cache_dtype);
   m->set_tuning_params(tp);
   const int64_t V = c.vocab;
   std::vector<double> pp, tg;
@@ -111,6 +112,7 @@ int run_model_bench(const ModelBenchArgs& a) {
     nlohmann::json j;
     j["model"] = name;
     j["dtype"] = a.dtype;
+    j["cache_dtype"] = dtype_name(tp.cache_dtype.value_or(m->dtype()));
     j["threads"] = threads;
     j["pp_tokens_per_s"] = sp.median;
     j["pp_sd"] = sp.sd;

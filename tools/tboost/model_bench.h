@@ -18,7 +18,8 @@ struct ModelBenchArgs {
   int64_t gen = 128;     // -n: decode tokens
   int reps = 5;
   bool json = false;
-  bool mmap = false;  // weights mapped instead of read into memory
+  bool mmap = false;        // weights mapped instead of read into memory
+  std::string cache_dtype;  // "" (the model's dtype), f32 or bf16
 };
 
 int run_model_bench(const ModelBenchArgs& a);

@@ -41,6 +41,7 @@ int run_generate(const GenerateArgs& a) {
   tp.prefill_chunk = a.prefill_chunk;
   tp.enable_dynamic_chunk = !a.no_dynamic_chunk;
   tp.paged = !a.contiguous_cache;
+  if (!a.cache_dtype.empty()) tp.cache_dtype = parse_dtype(a.cache_dtype);
   m->set_tuning_params(tp);
   const int32_t im_start = tok->token_id("<|im_start|>"), im_end = tok->token_id("<|im_end|>");
   std::vector<std::vector<int32_t>> prompts;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ struct TuningParams {
   // bounded by the chunk, not the prompt.
   bool enable_dynamic_chunk = true;
   int64_t prefill_chunk = 512;
+  // KV-cache storage, f32 or bf16; unset: the model's dtype. A bf16 cache for an f32 model
+  // halves the cache's memory and the bytes each decode step reads from it (llama.cpp keeps
+  // f16 caches by default); keys and values are rounded to bf16 once, when written. Applies to
+  // sessions made after the call.
+  std::optional<DType> cache_dtype;
 };
 
 struct LoadOptions {
