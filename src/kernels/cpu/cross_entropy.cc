@@ -72,7 +72,12 @@ void SoftmaxXentRows(float* z, double* loss, const int32_t* labels, int64_t rows
         const auto p = FastExp<6>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n), vl), lo));
         StoreN(d, hn::Mul(hn::Sub(p, off), sc), zr + i, n);
       }
-      zr[y] -= (1.0f - eps) * inv_valid;
+      // At the label, p - 1 from p rounded to f32 loses everything when the row is confident
+      // (p = 1 - 1e-7 rounds to within an ulp of 1): take it as expm1(z_y - lse) instead, so
+      // the gradient of a nearly-learned row keeps its relative precision.
+      zr[y] = static_cast<float>(
+          (std::expm1(zy - lse) + static_cast<double>(eps) * (1.0 - 1.0 / static_cast<double>(V))) *
+          static_cast<double>(inv_valid));
     }
   });
 }
