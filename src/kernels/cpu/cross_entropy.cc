@@ -50,15 +50,27 @@ void SoftmaxXentRows(float* z, double* loss, const int32_t* labels, int64_t rows
       }
       const float m = ReduceMaxF(d, mx);
       const auto vm = hn::Set(d, m), lo = hn::Set(d, -87.0f);
+      // exp of (z - max) clamped at -87: FastExp's 2^n needs n >= -126; e^-87 ~ 1.6e-38.
+      auto ex = [&](hn::Vec<decltype(d)> z)
+                    TBOOST_INLINE_LAMBDA { return FastExp<6>(d, hn::Max(hn::Sub(z, vm), lo)); };
+      // The sum without the label's term, kept apart: the label's gradient is p_y - 1 =
+      // -(that sum) / (whole sum), exact where p_y - 1 from a rounded p_y would lose every bit
+      // for a confident row (p_y within an ulp of 1).
+      const hn::RebindToSigned<decltype(d)> di;
       auto se = hn::Zero(d);
       for (int64_t i = 0; i < V; i += L) {
         const int64_t n = std::min(L, V - i);
-        // exp of (z - max) clamped at -87: FastExp's 2^n needs n >= -126; e^-87 ~ 1.6e-38.
-        const auto e = FastExp<6>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n, -INFINITY), vm), lo));
-        se = hn::Add(se, hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(n)), e));
+        auto keep = hn::FirstN(d, static_cast<size_t>(n));
+        if (y >= i && y < i + n)
+          keep = hn::And(keep, hn::RebindMask(d, hn::Ne(hn::Iota(di, static_cast<int32_t>(i)),
+                                                        hn::Set(di, static_cast<int32_t>(y)))));
+        se = hn::Add(se, hn::IfThenElseZero(keep, ex(LoadN(d, zr + i, n, -INFINITY))));
       }
-      const double lse = static_cast<double>(m) + std::log(static_cast<double>(ReduceSumF(d, se)));
       const double zy = zr[y];
+      const double s_not_y = ReduceSumF(d, se);
+      const double e_y = hn::GetLane(ex(hn::Set(d, zr[y])));
+      const double sum = s_not_y + e_y;
+      const double lse = static_cast<double>(m) + std::log(sum);
       loss[r] = (1.0 - eps) * (lse - zy) +
                 (eps != 0.0f
                      ? eps * (lse - static_cast<double>(ReduceSumF(d, sz)) / static_cast<double>(V))
@@ -72,11 +84,9 @@ void SoftmaxXentRows(float* z, double* loss, const int32_t* labels, int64_t rows
         const auto p = FastExp<6>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n), vl), lo));
         StoreN(d, hn::Mul(hn::Sub(p, off), sc), zr + i, n);
       }
-      // At the label, p - 1 from p rounded to f32 loses everything when the row is confident
-      // (p = 1 - 1e-7 rounds to within an ulp of 1): take it as expm1(z_y - lse) instead, so
-      // the gradient of a nearly-learned row keeps its relative precision.
+      // (p_y - eps / V - (1 - eps)) / valid with p_y - 1 = -s_not_y / sum.
       zr[y] = static_cast<float>(
-          (std::expm1(zy - lse) + static_cast<double>(eps) * (1.0 - 1.0 / static_cast<double>(V))) *
+          (-s_not_y / sum + static_cast<double>(eps) * (1.0 - 1.0 / static_cast<double>(V))) *
           static_cast<double>(inv_valid));
     }
   });
