@@ -153,31 +153,27 @@ Limits measure_limits(int threads, bool quick) {
 
   std::vector<float> sink(static_cast<size_t>(threads) * 16, 0.0f);
   const int64_t iters = quick ? 2'000'000 : 10'000'000;
-  double flops = 0;
-  const Timing tf = time_fn(
-      [&] {
-        double total = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-        total += HWY_DYNAMIC_DISPATCH(FmaLoop)(
-            iters, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
-        flops = total;
-      },
-      0.3, 10);
-  l.fma_gflops = flops / tf.min / 1e9;
-  // Without AVX512_BF16, bf16 is widened to f32 and computed at the f32 rate.
-  l.bf16_gflops = l.fma_gflops;
-  if (cpu_features().avx512_bf16) {
-    double bf16_flops = 0;
-    const Timing tb = time_fn(
+  // GFLOP/s of `loop` (it returns the flops it did) run on every thread at once; the fastest
+  // of ~10 runs counts.
+  auto peak = [&](auto loop) {
+    double flops = 0;
+    const Timing t = time_fn(
         [&] {
           double total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-          total += HWY_DYNAMIC_DISPATCH(Bf16DotLoop)(
-              iters, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
-          bf16_flops = total;
+          total += loop(iters, &sink[static_cast<size_t>(omp_get_thread_num()) * 16]);
+          flops = total;
         },
         0.3, 10);
-    if (bf16_flops > 0) l.bf16_gflops = bf16_flops / tb.min / 1e9;
+    return flops / t.min / 1e9;
+  };
+  l.fma_gflops = peak([](int64_t it, float* sk) { return HWY_DYNAMIC_DISPATCH(FmaLoop)(it, sk); });
+  // Without AVX512_BF16, bf16 is widened to f32 and computed at the f32 rate.
+  l.bf16_gflops = l.fma_gflops;
+  if (cpu_features().avx512_bf16) {
+    const double bf16 =
+        peak([](int64_t it, float* sk) { return HWY_DYNAMIC_DISPATCH(Bf16DotLoop)(it, sk); });
+    if (bf16 > 0) l.bf16_gflops = bf16;
   }
   return l;
 }

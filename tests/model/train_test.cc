@@ -260,6 +260,27 @@ TEST(Trainer, AllLabelsIgnoredSkipsTheUpdate) {
   EXPECT_EQ(tr->parameter("model.layers.0.mlp.up_proj.weight"), before);
 }
 
+// Every parameter gradient of `tr` (divided by `scale`) against the float64 goldens: cosine
+// above min_cos, and (max_norm_err > 0) the norm within that relative error. A non-finite
+// gradient fails.
+void expect_grads_track(const Trainer& tr, float scale, double min_cos, double max_norm_err) {
+  auto st = model::SafeTensors::open(train_dir("llama_tiny") + "/grads.safetensors");
+  for (const std::string& p : tr.parameter_names()) {
+    const float* w = static_cast<const float*>(st->tensor(p).data());
+    const std::vector<float> got = tr.gradient(p);
+    double dot = 0, n1 = 0, n2 = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double x = got[i] / static_cast<double>(scale);
+      ASSERT_TRUE(std::isfinite(x)) << p << " [" << i << "] at scale " << scale;
+      dot += x * w[i], n1 += x * x, n2 += w[i] * static_cast<double>(w[i]);
+    }
+    EXPECT_GT(dot / std::sqrt(n1 * n2 + 1e-300), min_cos) << p << " at scale " << scale;
+    if (max_norm_err > 0) {
+      EXPECT_NEAR(std::sqrt(n1 / (n2 + 1e-300)), 1.0, max_norm_err) << p << " at scale " << scale;
+    }
+  }
+}
+
 TEST(Trainer, Bf16AutocastTracksTheF64Gradients) {
   const json g = golden("llama_tiny");
   TrainOptions o = golden_options(g);
@@ -268,16 +289,7 @@ TEST(Trainer, Bf16AutocastTracksTheF64Gradients) {
   const Batch b = batch_of(g, 0);
   const double loss = tr->forward_backward(b.ids.data(), b.labels.data(), g["batch"], g["seq"]);
   EXPECT_NEAR(loss, g["loss_f64"].get<double>(), 2e-2);
-  auto st = model::SafeTensors::open(train_dir("llama_tiny") + "/grads.safetensors");
-  for (const std::string& p : tr->parameter_names()) {
-    const float* w = static_cast<const float*>(st->tensor(p).data());
-    const std::vector<float> got = tr->gradient(p);
-    double dot = 0, n1 = 0, n2 = 0;
-    for (size_t i = 0; i < got.size(); ++i)
-      dot += got[i] * static_cast<double>(w[i]), n1 += got[i] * static_cast<double>(got[i]),
-          n2 += w[i] * static_cast<double>(w[i]);
-    EXPECT_GT(dot / std::sqrt(n1 * n2 + 1e-300), 0.99) << p;
-  }
+  expect_grads_track(*tr, 1.0f, 0.99, 0.0);
 }
 
 // f16 storage: activations and their gradients in f16, products in f32 from the f32 master
@@ -289,23 +301,11 @@ TEST(Trainer, F16StorageTracksTheF64Gradients) {
   o.compute = DType::kF16;
   auto tr = Trainer::from_pretrained(model_dir("llama_tiny"), o);
   const Batch b = batch_of(g, 0);
-  auto st = model::SafeTensors::open(train_dir("llama_tiny") + "/grads.safetensors");
   for (const float scale : {1.0f, 1024.0f}) {
     const double loss =
         tr->forward_backward(b.ids.data(), b.labels.data(), g["batch"], g["seq"], scale);
     EXPECT_NEAR(loss, g["loss_f64"].get<double>(), 2e-3) << "scale " << scale;
-    for (const std::string& p : tr->parameter_names()) {
-      const float* w = static_cast<const float*>(st->tensor(p).data());
-      const std::vector<float> got = tr->gradient(p);
-      double dot = 0, n1 = 0, n2 = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double x = got[i] / static_cast<double>(scale);
-        ASSERT_TRUE(std::isfinite(x)) << p << " [" << i << "] at scale " << scale;
-        dot += x * w[i], n1 += x * x, n2 += w[i] * static_cast<double>(w[i]);
-      }
-      EXPECT_GT(dot / std::sqrt(n1 * n2 + 1e-300), 0.999) << p << " at scale " << scale;
-      EXPECT_NEAR(std::sqrt(n1 / (n2 + 1e-300)), 1.0, 2e-2) << p << " at scale " << scale;
-    }
+    expect_grads_track(*tr, scale, 0.999, 2e-2);
   }
 }
 

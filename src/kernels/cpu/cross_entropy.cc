@@ -68,6 +68,7 @@ void SoftmaxXentRows(float* z, double* loss, const int32_t* labels, int64_t rows
       }
       const double zy = zr[y];
       const double s_not_y = ReduceSumF(d, se);
+      // The label's term exactly as the loop would have computed it (same lanes, same ops).
       const double e_y = hn::GetLane(ex(hn::Set(d, zr[y])));
       const double sum = s_not_y + e_y;
       const double lse = static_cast<double>(m) + std::log(sum);
