@@ -35,21 +35,28 @@ Timing time_fn(const std::function<void()>& fn, double budget_s, int max_runs) {
   return summarize(t);
 }
 
+std::vector<Timing> time_alternating(const std::vector<std::function<void()>>& fns, double budget_s,
+                                     int max_runs) {
+  for (const auto& f : fns) f();
+  std::vector<std::vector<double>> t(fns.size());
+  const double start = now();
+  while (static_cast<int>(t[0].size()) < max_runs &&
+         (t[0].size() < 5 || now() - start < budget_s)) {
+    for (size_t i = 0; i < fns.size(); ++i) {
+      const double t0 = now();
+      fns[i]();
+      t[i].push_back(now() - t0);
+    }
+  }
+  std::vector<Timing> out;
+  for (const auto& v : t) out.push_back(summarize(v));
+  return out;
+}
+
 std::pair<Timing, Timing> time_pair(const std::function<void()>& a, const std::function<void()>& b,
                                     double budget_s, int max_runs) {
-  a();
-  b();
-  std::vector<double> ta, tb;
-  const double start = now();
-  while (static_cast<int>(ta.size()) < max_runs && (ta.size() < 5 || now() - start < budget_s)) {
-    double t0 = now();
-    a();
-    ta.push_back(now() - t0);
-    t0 = now();
-    b();
-    tb.push_back(now() - t0);
-  }
-  return {summarize(ta), summarize(tb)};
+  const std::vector<Timing> t = time_alternating({a, b}, budget_s, max_runs);
+  return {t[0], t[1]};
 }
 
 static nlohmann::json opt(const std::optional<double>& v) {

@@ -22,6 +22,10 @@ struct Timing {
 
 // Times fn until ~budget_s seconds or max_runs runs, after one warm-up call.
 Timing time_fn(const std::function<void()>& fn, double budget_s = 0.4, int max_runs = 50);
+// Times fns in turn (f0, f1, ..., f0, f1, ...) with one warm-up each, so that drift on the
+// host hits all of them alike.
+std::vector<Timing> time_alternating(const std::vector<std::function<void()>>& fns,
+                                     double budget_s = 0.8, int max_runs = 50);
 // Times a and b alternately (a, b, a, b, ...) with one warm-up each.
 std::pair<Timing, Timing> time_pair(const std::function<void()>& a, const std::function<void()>& b,
                                     double budget_s = 0.8, int max_runs = 50);
@@ -53,6 +57,9 @@ inline void fill_random(float* p, int64_t n, uint32_t* state, float lo = 0.0f, f
 // memory traffic ("copy" baseline).
 void stream_kernel(float* const* outs, int writes, const float* const* ins, int reads, int64_t n,
                    int threads);
+// Reads `bytes` at `in` (64-byte multiple) on `threads` threads, each a contiguous part: the
+// read stream behind Limits::read_gbps, for reading the very buffers an op reads.
+void read_kernel(const void* in, int64_t bytes, int threads);
 
 struct Result {
   std::string name;

@@ -123,6 +123,19 @@ void stream_kernel(float* const* outs, int writes, const float* const* ins, int 
   }
 }
 
+void read_kernel(const void* in, int64_t bytes, int threads) {
+  const int64_t n = bytes / 4;
+  const float* f = static_cast<const float*>(in);
+  std::vector<float> sums(static_cast<size_t>(threads) * 16, 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    HWY_DYNAMIC_DISPATCH(ReadSum)
+    (f, n * t / nt / 64 * 64, t + 1 == nt ? n : n * (t + 1) / nt / 64 * 64,
+     &sums[static_cast<size_t>(t) * 16]);
+  }
+}
+
 Limits measure_limits(int threads, bool quick) {
   Limits l;
   l.threads = threads;
