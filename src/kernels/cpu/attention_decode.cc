@@ -40,18 +40,6 @@ HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
   return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
 }
 
-// The rows the other pass will read next, requested one by one alongside this pass's rows:
-// the K pass asks for the V rows of the same keys, the V pass for the K rows of the next
-// sub-block. Without it each pass began with ~8 KiB of demand misses (its rows ahead had not
-// been requested), and the K and V streams each restarted from idle every kDecodeSub keys.
-struct Companion {
-  const char* row = nullptr;
-  int64_t row_bytes = 0, bytes = 0, n = 0;
-  HWY_INLINE void prefetch(int64_t t0, int64_t count) const {
-    for (int64_t t = t0; t < std::min(n, t0 + count); ++t) PrefetchRow(row + t * row_bytes, bytes);
-  }
-};
-
 // On AVX-512 (32 registers) G·KK = 16 accumulators for G = 1, 2, 4, 8, reduced together by
 // Reduce16 below: one shuffle tree for 16 scores (~3 instructions each) instead of a
 // horizontal sum per score (~9). With GQA's 4 query rows per key the per-score sums had been
@@ -99,29 +87,21 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
                         const float* HWY_RESTRICT qs, float* HWY_RESTRICT out, int64_t ostride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const TK* k[KK];
+  for (int kk = 0; kk < KK; ++kk) k[kk] = reinterpret_cast<const TK*>(row + kk * row_bytes);
   VF acc[G][KK];
   for (int g = 0; g < G; ++g)
     for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::Zero(d);
-  // At most 8 key rows per sweep over x: 16 row pointers do not fit the 15 usable general
-  // registers, and GCC then spilled them and one accumulator, reloading them on every step (a
-  // 512-bit spill reloaded at once also stalls on store forwarding).
-  constexpr int KH = KK < 8 ? KK : 8;
-  for (int k0 = 0; k0 < KK; k0 += KH) {
-    const TK* k[KH];
-    for (int kk = 0; kk < KH; ++kk)
-      k[kk] = reinterpret_cast<const TK*>(row + (k0 + kk) * row_bytes);
-    for (int64_t x = 0; x < D; x += N) {
-      VF kv[KH];
-      if (x + N <= D) {
-        for (int kk = 0; kk < KH; ++kk) kv[kk] = LoadF(d, k[kk] + x);
-      } else {
-        for (int kk = 0; kk < KH; ++kk)
-          kv[kk] = LoadTailF(d, k[kk] + x, static_cast<size_t>(D - x));
-      }
-      for (int g = 0; g < G; ++g) {
-        const VF q = hn::Load(d, qs + g * Dp + x);
-        for (int kk = 0; kk < KH; ++kk) acc[g][k0 + kk] = hn::MulAdd(q, kv[kk], acc[g][k0 + kk]);
-      }
+  for (int64_t x = 0; x < D; x += N) {
+    VF kv[KK];
+    if (x + N <= D) {
+      for (int kk = 0; kk < KK; ++kk) kv[kk] = LoadF(d, k[kk] + x);
+    } else {
+      for (int kk = 0; kk < KK; ++kk) kv[kk] = LoadTailF(d, k[kk] + x, static_cast<size_t>(D - x));
+    }
+    for (int g = 0; g < G; ++g) {
+      const VF q = hn::Load(d, qs + g * Dp + x);
+      for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::MulAdd(q, kv[kk], acc[g][kk]);
     }
   }
 #if TBOOST_DECODE_REDUCE16
@@ -144,16 +124,14 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
 // Scores of n consecutive key rows against G query rows.
 template <class TK, int G>
 HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t D, int64_t Dp,
-                          const float* qs, float* out, int64_t ostride, const Companion& other) {
+                          const float* qs, float* out, int64_t ostride) {
   constexpr int KK = KeysAtOnce(G);
   const int64_t bytes = D * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
   int64_t t = 0;
   for (; t + KK <= n; t += KK) {
     for (int kk = 0; kk < KK; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
-    other.prefetch(t, KK);
     DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
   }
-  other.prefetch(t, n - t);
   for (; t < n; ++t) DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
 }
 
@@ -202,24 +180,21 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 
 template <class TK>
 HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv, int64_t G,
-                           const float* p, int64_t pstride, float* os, int64_t ostride,
-                           const Companion& other) {
+                           const float* p, int64_t pstride, float* os, int64_t ostride) {
   const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
   int64_t t = 0;
   for (; t + kAxpyKeys <= n; t += kAxpyKeys) {
     for (int64_t kk = 0; kk < kAxpyKeys; ++kk)
       PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
-    other.prefetch(t, kAxpyKeys);
     AxpyKeys<TK, kAxpyKeys>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
   }
-  other.prefetch(t, n - t);
   for (; t < n; ++t)
     AxpyKeys<TK, 1>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
 }
 
 template <class TK>
 using DotFn = void (*)(const char*, int64_t, int64_t, int64_t, int64_t, const float*, float*,
-                       int64_t, const Companion&);
+                       int64_t);
 template <class TK, int... I>
 constexpr std::array<DotFn<TK>, sizeof...(I)> DotTable(std::integer_sequence<int, I...>) {
   return {&DotSpan<TK, I + 1>...};
@@ -261,16 +236,12 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
   }
   lo = std::max(lo, c0);
   hi = std::min(hi, c1 - 1);
-  const int64_t k_bytes = D * static_cast<int64_t>(sizeof(TK)),
-                v_bytes = Dv * static_cast<int64_t>(sizeof(TK));
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
     const int64_t s1 = std::min(hi + 1, s0 + kDecodeSub);
     const int64_t ns = s1 - s0;
     kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-      // K and V share the block table, so the V rows of a K span are evenly spaced too.
-      const Companion v_rows{vr.row(j), vr.row_bytes, v_bytes, n};
       dots[static_cast<size_t>(G - 1)](row, kr.row_bytes, n, D, Dp, sc.qs, sc.s + (j - s0),
-                                       kDecodeSub, v_rows);
+                                       kDecodeSub);
     });
     // Mask, then the online softmax per row (vectorized over keys).
     for (int64_t g = 0; g < G; ++g) {
@@ -316,14 +287,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
       }
     }
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-      // The next sub-block's K rows at the same offsets, as far as they exist and stay in
-      // one block of a paged cache.
-      Companion next_k;
-      const int64_t jn = j + kDecodeSub;
-      int64_t nn = std::min(n, hi + 1 - jn);
-      if (kr.table) nn = std::min(nn, kr.block_size - jn % kr.block_size);
-      if (nn > 0) next_k = {kr.row(jn), kr.row_bytes, k_bytes, nn};
-      AxpySpan<TK>(row, vr.row_bytes, n, Dv, G, sc.s + (j - s0), kDecodeSub, part + 2, P, next_k);
+      AxpySpan<TK>(row, vr.row_bytes, n, Dv, G, sc.s + (j - s0), kDecodeSub, part + 2, P);
     });
   }
 }
