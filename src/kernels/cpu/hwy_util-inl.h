@@ -135,6 +135,18 @@ HWY_INLINE void StoreN(D d, hn::Vec<D> v, T* p, int64_t n) {
   }
 }
 
+// Reads one byte of every cache line of [p, p + bytes), front to back. A kernel that reads
+// several places of a row at once (rope's two halves, two rows side by side) shows the
+// hardware prefetchers an order they do not follow; touching the rows in order first keeps the
+// DRAM stream sequential, and the kernel's own loads then hit L1. On Zen 4 a read-only test of
+// 16 rows read side by side ran at 38-48 GB/s with this touch, 20-27 GB/s with software
+// prefetches ahead instead, and 17-23 GB/s with neither.
+HWY_INLINE void TouchLines(const void* p, int64_t bytes) {
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+  for (uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; a < end; a += 64)
+    (void)*reinterpret_cast<const volatile char*>(a);
+}
+
 // The two halves of our fast exponentials (FastExp below, Exp2 for attention).
 // ShiftedRound: x + 1.5·2^23 holds round(x) in its low mantissa bits (for |x| < 2^22), so
 // n = t - 1.5·2^23 is round(x) as a float and Pow2FromShifted(t) is 2^n built in the exponent

@@ -384,14 +384,6 @@ HWY_INLINE void RopeRowsAny(const RopeArgs& a, const RopePlan& plan, const T* co
   RopeRows<NR, T>(a, plan, x, y, cos_t, sin_t);
 }
 
-// Rows are read this far ahead with software prefetches: the hardware prefetchers alone left
-// the row loads waiting on DRAM.
-constexpr int64_t kPrefetchBytes = 4096;
-HWY_INLINE void PrefetchBytes(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t b = 0; b < bytes; b += 64) hwy::Prefetch(c + b);
-}
-
 template <bool kStream, class T, class P>
 void RopeBlocks(const RopeArgs& a, const RopePlan& plan, int64_t B, int64_t S) {
   const int64_t H = a.heads, D = a.head_dim;
@@ -413,7 +405,6 @@ void RopeBlocks(const RopeArgs& a, const RopePlan& plan, int64_t B, int64_t S) {
     const T* xb = static_cast<const T*>(a.x);
     T* yb = static_cast<T*>(a.y);
     const int64_t row_bytes = D * static_cast<int64_t>(sizeof(T));
-    const int64_t ahead = std::max<int64_t>(2, kPrefetchBytes / row_bytes);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / nsb;
       const int64_t s0 = (u % nsb) * plan.tok_block;
@@ -429,11 +420,12 @@ void RopeBlocks(const RopeArgs& a, const RopePlan& plan, int64_t B, int64_t S) {
         const int64_t rr1 = bnsd ? rr0 + S : rr0 + 1;
         const T* xr[2] = {xb + a.x_rows.offset(rr0), two ? xb + a.x_rows.offset(rr1) : nullptr};
         T* yr[2] = {yb + a.y_rows.offset(rr0), two ? yb + a.y_rows.offset(rr1) : nullptr};
-        // The same heads ahead in visiting order (later rows in both layouts), into L1 now.
-        if (rr1 + ahead < a.x_rows.count) {
-          PrefetchBytes(xb + a.x_rows.offset(rr0 + ahead), row_bytes);
-          if (two) PrefetchBytes(xb + a.x_rows.offset(rr1 + ahead), row_bytes);
-        }
+        // The rows are read below at two places each (the halves, or the pairs) and side by
+        // side; one front-to-back touch first keeps the DRAM reads in order (TouchLines). It
+        // replaced a 4 KiB software prefetch: f32 rope 0.69-0.94x -> 0.90-1.24x of a copy
+        // (alternated runs on Zen 4, in both of its memory modes).
+        TouchLines(xr[0], row_bytes);
+        if (two) TouchLines(xr[1], row_bytes);
         const int nr = two ? 2 : 1;
         T* out[2] = {yr[0], yr[1]};
         if constexpr (kStream) {
