@@ -221,13 +221,14 @@ void decode_cases(Runner& R) {
         // Contiguous caches of exactly L tokens: (1, Hkv, L, D) each, one per layer.
         std::vector<std::unique_ptr<Call>> calls;
         std::vector<Tensor> keep;
-        Tensor q = filled(DType::kF32, {1, 1, sh.H, sh.D}, 7);
+        // q and o in the cache's dtype, as in a model of that dtype.
+        Tensor q = filled(cdt, {1, 1, sh.H, sh.D}, 7);
         Tensor lens = Tensor::empty(DType::kI32, {1});
         lens.data_as<int32_t>()[0] = static_cast<int32_t>(L);
         for (int l = 0; l < layers; ++l) {
           Tensor kc = filled(cdt, {1, sh.Hkv, L, sh.D}, 100 + static_cast<uint32_t>(l));
           Tensor vc = filled(cdt, {1, sh.Hkv, L, sh.D}, 200 + static_cast<uint32_t>(l));
-          Tensor o = Tensor::empty(DType::kF32, {1, 1, sh.H, sh.D});
+          Tensor o = Tensor::empty(cdt, {1, 1, sh.H, sh.D});
           Tensor lse = Tensor::empty(DType::kF32, {1, sh.H, 1});
           PagedAttentionParam p;
           p.paged = false;
