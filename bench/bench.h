@@ -57,8 +57,9 @@ inline void fill_random(float* p, int64_t n, uint32_t* state, float lo = 0.0f, f
 // memory traffic ("copy" baseline).
 void stream_kernel(float* const* outs, int writes, const float* const* ins, int reads, int64_t n,
                    int threads);
-// Reads `bytes` at `in` (64-byte multiple) on `threads` threads, each a contiguous part: the
-// read stream behind Limits::read_gbps, for reading the very buffers an op reads.
+// Reads `bytes` at `in` on `threads` threads, each a contiguous part (a tail shorter than four
+// vectors is skipped): the read stream behind Limits::read_gbps, also used to read the
+// very buffers an op reads, as a floor timed in turn with it.
 void read_kernel(const void* in, int64_t bytes, int threads);
 
 struct Result {

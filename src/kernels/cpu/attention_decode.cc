@@ -83,6 +83,27 @@ HWY_INLINE __m512 Reduce16(const VF* a) {
 }
 #endif
 
+// out[g·ostride + kk] = scale · (the lane sum of acc[g][kk]).
+template <int G, int KK>
+HWY_INLINE void StoreScores(const VF (&acc)[G][KK], float scale, float* HWY_RESTRICT out,
+                            int64_t ostride) {
+#if TBOOST_DECODE_REDUCE16
+  if constexpr (G * KK == 16) {
+    // Lane 4j + m of Reduce16's result sums a[4m + j]; a[4m + j] = acc[g][kk] for the flat index
+    // f = g·KK + kk = 4j + m, so the result's lanes are the scores in (g, kk) order.
+    VF a[16];
+    for (int f = 0; f < 16; ++f) a[(f % 4) * 4 + f / 4] = acc[f / KK][f % KK];
+    HWY_ALIGN float r[16];
+    _mm512_store_ps(r, _mm512_mul_ps(Reduce16(a), _mm512_set1_ps(scale)));
+    for (int g = 0; g < G; ++g)
+      for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = r[g * KK + kk];
+    return;
+  }
+#endif
+  for (int g = 0; g < G; ++g)
+    for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = ReduceSumF(DF(), acc[g][kk]) * scale;
+}
+
 // Scores of KK consecutive key rows (row_bytes apart) against G query rows (Dp-padded, zeros
 // past D): out[g·ostride + kk].
 template <class TK, int G, int KK>
@@ -97,9 +118,8 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
     // One key row after the other, each read front to back: the cache is then one sequential
     // stream, which the hardware prefetchers follow at full speed. Sweeping x across the KK rows
     // at once (each row's vector x, then x + N, ...) read the same bytes interleaved across rows,
-    // and the prefetchers lost it. On Zen 4, a read-only test of 16 rows of 512 B at a time ran at
-    // 17-30 GB/s in that order (software prefetch included) and 38-80 GB/s row by row; the
-    // decode kernel went from 24-26 to 28-30 GB/s (MHA f32) and 20-22 to 27-28 (MHA bf16).
+    // and the prefetchers lost it (TouchLines in hwy_util-inl.h has the read-only test; the
+    // decode figures are in bench/RESULTS.md, "memory access order").
     const int64_t Dfull = D / N * N;
     for (int kk = 0; kk < KK; ++kk) {
       const TK* k = reinterpret_cast<const TK*>(row + kk * row_bytes);
@@ -133,21 +153,7 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
       }
     }
   }
-#if TBOOST_DECODE_REDUCE16
-  if constexpr (G * KK == 16) {
-    // Lane 4j + m of Reduce16's result sums a[4m + j]; a[4m + j] = acc[g][kk] for the flat index
-    // f = g·KK + kk = 4j + m, so the result's lanes are the scores in (g, kk) order.
-    VF a[16];
-    for (int f = 0; f < 16; ++f) a[(f % 4) * 4 + f / 4] = acc[f / KK][f % KK];
-    HWY_ALIGN float r[16];
-    _mm512_store_ps(r, Reduce16(a));
-    for (int g = 0; g < G; ++g)
-      for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = r[g * KK + kk];
-    return;
-  }
-#endif
-  for (int g = 0; g < G; ++g)
-    for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = ReduceSumF(d, acc[g][kk]);
+  StoreScores<G, KK>(acc, 1.0f, out, ostride);
 }
 
 // Scores of n consecutive key rows against G query rows.
@@ -168,26 +174,28 @@ HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t
 // bf16 queries against a bf16 cache on CPUs with AVX512_BF16: vdpbf16ps multiplies 32 bf16
 // pairs into 16 f32 lanes in one instruction, with q and k as they are stored (no widening).
 // Products of bf16 values are exact in f32, so only the summation order differs from the
-// widened path; the scale is applied to the sum (q itself stays exact). With 4 or more query
-// rows per key the widened path is bound by its FMAs (~30 GB/s of bf16 cache from L3 on
-// Zen 4), and this halves the dot's instructions. q2: G rows of D / 2 u32 pairs, ldq2 apart.
+// widened path; the scale is applied to the sum (q itself stays exact). Used for every group
+// size: with 4 or more query rows per key the widened path is bound by its FMAs (25-33 GB/s of
+// bf16 cache from L3 on Zen 4), and this halves the dot's instructions. Same loop orders as
+// DotKeys; DotSpanBf16Dp mirrors DotSpan, carrying the AVX512_BF16 target attribute that
+// DotSpan must not. q2: G rows of D / 2 u32 pairs, ldq2 apart.
 template <int G, int KK>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row, int64_t row_bytes,
                                                    int64_t D, const uint32_t* HWY_RESTRICT q2,
                                                    int64_t ldq2, float qscale,
                                                    float* HWY_RESTRICT out, int64_t ostride) {
   const int64_t P = D / 2;  // a multiple of 16
-  __m512 acc[G][KK];
+  VF acc[G][KK];
   for (int g = 0; g < G; ++g)
-    for (int kk = 0; kk < KK; ++kk) acc[g][kk] = _mm512_setzero_ps();
+    for (int kk = 0; kk < KK; ++kk) acc[g][kk].raw = _mm512_setzero_ps();
   if constexpr (G <= 2) {  // row by row, front to back (see DotKeys)
     for (int kk = 0; kk < KK; ++kk) {
       const uint32_t* k = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
       for (int64_t p = 0; p < P; p += 16) {
         const __m512i kv = _mm512_loadu_si512(k + p);
         for (int g = 0; g < G; ++g)
-          acc[g][kk] = _mm512_dpbf16_ps(acc[g][kk], (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p),
-                                        (__m512bh)kv);
+          acc[g][kk].raw = _mm512_dpbf16_ps(
+              acc[g][kk].raw, (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p), (__m512bh)kv);
       }
     }
   } else {
@@ -199,22 +207,11 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
       for (int g = 0; g < G; ++g) {
         const __m512bh q = (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p);
         for (int kk = 0; kk < KK; ++kk)
-          acc[g][kk] = _mm512_dpbf16_ps(acc[g][kk], q, (__m512bh)kv[kk]);
+          acc[g][kk].raw = _mm512_dpbf16_ps(acc[g][kk].raw, q, (__m512bh)kv[kk]);
       }
     }
   }
-  if constexpr (G * KK == 16) {  // see DotKeys
-    VF a[16];
-    for (int f = 0; f < 16; ++f) a[(f % 4) * 4 + f / 4].raw = acc[f / KK][f % KK];
-    HWY_ALIGN float r[16];
-    _mm512_store_ps(r, _mm512_mul_ps(Reduce16(a), _mm512_set1_ps(qscale)));
-    for (int g = 0; g < G; ++g)
-      for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = r[g * KK + kk];
-  } else {
-    for (int g = 0; g < G; ++g)
-      for (int kk = 0; kk < KK; ++kk)
-        out[g * ostride + kk] = _mm512_reduce_add_ps(acc[g][kk]) * qscale;
-  }
+  StoreScores<G, KK>(acc, qscale, out, ostride);
 }
 
 template <int G>

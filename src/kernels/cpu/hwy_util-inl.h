@@ -138,9 +138,10 @@ HWY_INLINE void StoreN(D d, hn::Vec<D> v, T* p, int64_t n) {
 // Reads one byte of every cache line of [p, p + bytes), front to back. A kernel that reads
 // several places of a row at once (rope's two halves, two rows side by side) shows the
 // hardware prefetchers an order they do not follow; touching the rows in order first keeps the
-// DRAM stream sequential, and the kernel's own loads then hit L1. On Zen 4 a read-only test of
-// 16 rows read side by side ran at 38-48 GB/s with this touch, 20-27 GB/s with software
-// prefetches ahead instead, and 17-23 GB/s with neither.
+// DRAM stream sequential, and the kernel's own loads then hit L1. On Zen 4 (slow memory mode)
+// a read-only test of 16 rows of 512 B read side by side ran at 38-41 GB/s with this touch,
+// 20-27 GB/s with software prefetches ahead instead, 17-23 GB/s with neither, and 37-47 GB/s
+// reading the rows one after the other (bench/RESULTS.md, "memory access order").
 HWY_INLINE void TouchLines(const void* p, int64_t bytes) {
   const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
   for (uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; a < end; a += 64)

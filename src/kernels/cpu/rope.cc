@@ -422,8 +422,8 @@ void RopeBlocks(const RopeArgs& a, const RopePlan& plan, int64_t B, int64_t S) {
         T* yr[2] = {yb + a.y_rows.offset(rr0), two ? yb + a.y_rows.offset(rr1) : nullptr};
         // The rows are read below at two places each (the halves, or the pairs) and side by
         // side; one front-to-back touch first keeps the DRAM reads in order (TouchLines). It
-        // replaced a 4 KiB software prefetch: f32 rope 0.69-0.94x -> 0.90-1.24x of a copy
-        // (alternated runs on Zen 4, in both of its memory modes).
+        // replaced a 4 KiB software prefetch: f32 rope 0.50-0.96x (mean 0.73) -> 0.65-1.24x
+        // (mean 0.91) of a copy, eleven alternated runs on Zen 4 in both of its memory modes.
         TouchLines(xr[0], row_bytes);
         if (two) TouchLines(xr[1], row_bytes);
         const int nr = two ? 2 : 1;
