@@ -9,6 +9,31 @@ namespace {
 using ops::ActivationParam;
 using ops::ActivationType;
 
+CaseSpec activation_case(ActivationType t, DType dt, const Shape& shape, bool strided, int threads,
+                         bool gate_first) {
+  const std::string name = std::string(ops::activation_type_name(t)) + "_" + dtype_name(dt) + "_" +
+                           shape_to_string(shape) + (strided ? "_strided" : "") +
+                           (gate_first ? "" : "_upfirst") + "_t" + std::to_string(threads);
+  return {name, [=](Rng& rng) {
+            OpCase c;
+            c.param = ActivationParam{.type = t, .gate_first = gate_first};
+            // Wide range: exercises the exp clamps and both GELU tails.
+            c.inputs.push_back(random_tensor(rng, dt, shape, strided, -12, 12));
+            c.strided_outputs = strided;
+            c.threads = threads;
+            c.reference = [=](const std::vector<Tensor>& in) {
+              const Vec x = to_f64(in[0]);
+              const int64_t cols = shape.back();
+              const int64_t rows = static_cast<int64_t>(x.size()) / cols;
+              RefOut y;
+              kernels::ref::activation(&y, x, rows, ops::is_gated(t) ? cols / 2 : cols, t,
+                                       gate_first);
+              return std::vector<Expected>{{y, tolerance(dt)}};
+            };
+            return c;
+          }};
+}
+
 std::vector<CaseSpec> activation_cases() {
   std::vector<CaseSpec> cases;
   const ActivationType types[] = {ActivationType::kRelu,     ActivationType::kGeluErf,
@@ -27,30 +52,14 @@ std::vector<CaseSpec> activation_cases() {
       for (const Shp& s : shapes)
         for (bool gate_first : {true, false}) {
           if (!ops::is_gated(t) && !gate_first) continue;
-          const std::string name = std::string(ops::activation_type_name(t)) + "_" +
-                                   dtype_name(dt) + "_" + shape_to_string(s.shape) +
-                                   (s.strided ? "_strided" : "") + (gate_first ? "" : "_upfirst") +
-                                   "_t" + std::to_string(s.threads);
-          cases.push_back({name, [=](Rng& rng) {
-                             OpCase c;
-                             c.param = ActivationParam{.type = t, .gate_first = gate_first};
-                             // Wide range: exercises the exp clamps and both GELU tails.
-                             c.inputs.push_back(
-                                 random_tensor(rng, dt, s.shape, s.strided, -12, 12));
-                             c.strided_outputs = s.strided;
-                             c.threads = s.threads;
-                             c.reference = [=](const std::vector<Tensor>& in) {
-                               const Vec x = to_f64(in[0]);
-                               const int64_t cols = s.shape.back();
-                               const int64_t rows = static_cast<int64_t>(x.size()) / cols;
-                               RefOut y;
-                               kernels::ref::activation(
-                                   &y, x, rows, ops::is_gated(t) ? cols / 2 : cols, t, gate_first);
-                               return std::vector<Expected>{{y, tolerance(dt)}};
-                             };
-                             return c;
-                           }});
+          cases.push_back(activation_case(t, dt, s.shape, s.strided, s.threads, gate_first));
         }
+  // Outputs past the 16 MiB streaming threshold with aligned rows: written with non-temporal
+  // stores (StreamOutput).
+  cases.push_back(
+      activation_case(ActivationType::kSilu, DType::kF32, {1030, 4096}, false, 2, true));
+  cases.push_back(
+      activation_case(ActivationType::kSwiGlu, DType::kBF16, {2060, 8192}, false, 2, false));
   return cases;
 }
 

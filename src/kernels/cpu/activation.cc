@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
@@ -29,7 +30,7 @@ namespace tboost::kernels::HWY_NAMESPACE {
 
 // The activation is a template parameter so the loop body is one straight-line sequence the
 // compiler can schedule across iterations (a switch per vector cost ~15% here).
-template <class T, ops::ActivationType kType>
+template <class T, ops::ActivationType kType, bool kStream>
 void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -49,13 +50,13 @@ void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
         v0 = hn::Mul(v0, LoadF(d, up + i));
         v1 = hn::Mul(v1, LoadF(d, up + i + L));
       }
-      StoreF(d, v0, y + i);
-      StoreF(d, v1, y + i + L);
+      StoreOut<kStream>(d, v0, y + i);
+      StoreOut<kStream>(d, v1, y + i + L);
     }
     for (; i + L <= F; i += L) {
       auto v = ApplyActivation<kType>(d, LoadF(d, gate + i));
       if constexpr (gated) v = hn::Mul(v, LoadF(d, up + i));
-      StoreF(d, v, y + i);
+      StoreOut<kStream>(d, v, y + i);
     }
     if (i < F) {
       const auto n = static_cast<size_t>(F - i);
@@ -64,32 +65,40 @@ void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
       StoreTailF(d, v, y + i, n);
     }
   }
+  if constexpr (kStream) hwy::FlushStream();
 }
 
-template <class T>
+template <class T, bool kStream>
 void ActTyped(const ActivationArgs& a, int64_t r0, int64_t r1) {
   using ops::ActivationType;
   switch (a.type) {
     case ActivationType::kRelu:
-      return ActRows<T, ActivationType::kRelu>(a, r0, r1);
+      return ActRows<T, ActivationType::kRelu, kStream>(a, r0, r1);
     case ActivationType::kGeluErf:
-      return ActRows<T, ActivationType::kGeluErf>(a, r0, r1);
+      return ActRows<T, ActivationType::kGeluErf, kStream>(a, r0, r1);
     case ActivationType::kGeluTanh:
-      return ActRows<T, ActivationType::kGeluTanh>(a, r0, r1);
+      return ActRows<T, ActivationType::kGeluTanh, kStream>(a, r0, r1);
     case ActivationType::kSilu:
-      return ActRows<T, ActivationType::kSilu>(a, r0, r1);
+      return ActRows<T, ActivationType::kSilu, kStream>(a, r0, r1);
     case ActivationType::kSwiGlu:
-      return ActRows<T, ActivationType::kSwiGlu>(a, r0, r1);
+      return ActRows<T, ActivationType::kSwiGlu, kStream>(a, r0, r1);
     case ActivationType::kGeGluErf:
-      return ActRows<T, ActivationType::kGeGluErf>(a, r0, r1);
+      return ActRows<T, ActivationType::kGeGluErf, kStream>(a, r0, r1);
     case ActivationType::kGeGluTanh:
-      return ActRows<T, ActivationType::kGeGluTanh>(a, r0, r1);
+      return ActRows<T, ActivationType::kGeGluTanh, kStream>(a, r0, r1);
   }
 }
 
 void ActivationForward(const ActivationArgs& a) {
+  // Large out-of-place outputs are streamed (StreamOutput); in place, y's lines were just read
+  // and a plain store costs no read for ownership.
   ParallelRowsTyped(a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, 8192, a.ftz,
-                    [&](auto tag, int64_t r0, int64_t r1) { ActTyped<decltype(tag)>(a, r0, r1); });
+                    [&](auto tag, int64_t r0, int64_t r1) {
+                      using T = decltype(tag);
+                      WithStream(a.y != a.x && StreamOutput<T>(a.y, a.y_rows.uniform_stride,
+                                                               a.y_rows.count, a.y_rows.cols),
+                                 [&](auto s) { ActTyped<T, decltype(s)::value>(a, r0, r1); });
+                    });
 }
 
 // Softmax rows: max pass, exp pass (FastExp, rel. error < 2.5e-6; writes e^(x-max) and

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
 #include "src/kernels/cpu/hwy_util-inl.h"
@@ -59,7 +60,7 @@ HWY_INLINE V ApplyBinary(D d, V a, V b) {
   return a;
 }
 
-template <class T, BinaryOp kOp>
+template <class T, BinaryOp kOp, bool kStream>
 void BinaryRows(const BinaryArgs& a, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -75,7 +76,7 @@ void BinaryRows(const BinaryArgs& a, int64_t r0, int64_t r1) {
     for (; i + L <= C; i += L) {
       const auto va = sa ? ca : LoadF(d, pa + i);
       const auto vb = sb ? cb : LoadF(d, pb + i);
-      StoreF(d, ApplyBinary<kOp>(d, va, vb), y + i);
+      StoreOut<kStream>(d, ApplyBinary<kOp>(d, va, vb), y + i);
     }
     if (i < C) {
       const auto n = static_cast<size_t>(C - i);
@@ -84,6 +85,7 @@ void BinaryRows(const BinaryArgs& a, int64_t r0, int64_t r1) {
       StoreTailF(d, ApplyBinary<kOp>(d, va, vb), y + i, n);
     }
   }
+  if constexpr (kStream) hwy::FlushStream();
 }
 
 // pow with a tensor (or unusual scalar) exponent: std::pow per element, in f32. Not worth a
@@ -100,21 +102,21 @@ void PowRows(const BinaryArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
-template <class T>
+template <class T, bool kStream>
 void BinaryTyped(const BinaryArgs& a, int64_t r0, int64_t r1) {
   switch (a.op) {
     case BinaryOp::kAdd:
-      return BinaryRows<T, BinaryOp::kAdd>(a, r0, r1);
+      return BinaryRows<T, BinaryOp::kAdd, kStream>(a, r0, r1);
     case BinaryOp::kMul:
-      return BinaryRows<T, BinaryOp::kMul>(a, r0, r1);
+      return BinaryRows<T, BinaryOp::kMul, kStream>(a, r0, r1);
     case BinaryOp::kSub:
-      return BinaryRows<T, BinaryOp::kSub>(a, r0, r1);
+      return BinaryRows<T, BinaryOp::kSub, kStream>(a, r0, r1);
     case BinaryOp::kDiv:
-      return BinaryRows<T, BinaryOp::kDiv>(a, r0, r1);
+      return BinaryRows<T, BinaryOp::kDiv, kStream>(a, r0, r1);
     case BinaryOp::kMax:
-      return BinaryRows<T, BinaryOp::kMax>(a, r0, r1);
+      return BinaryRows<T, BinaryOp::kMax, kStream>(a, r0, r1);
     case BinaryOp::kMin:
-      return BinaryRows<T, BinaryOp::kMin>(a, r0, r1);
+      return BinaryRows<T, BinaryOp::kMin, kStream>(a, r0, r1);
     case BinaryOp::kPow:
       return PowRows<T>(a, r0, r1);
   }
@@ -123,9 +125,16 @@ void BinaryTyped(const BinaryArgs& a, int64_t r0, int64_t r1) {
 void BinaryForward(const BinaryArgs& a) {
   // std::pow costs ~20-40 ns: split pow over threads at far fewer elements.
   const int64_t grain = a.op == BinaryOp::kPow ? 1024 : 16384;
+  // Large outputs that are neither input are streamed (StreamOutput); in place, y's lines were
+  // just read and a plain store costs no read for ownership.
   ParallelRowsTyped(
       a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, grain, a.ftz,
-      [&](auto tag, int64_t r0, int64_t r1) { BinaryTyped<decltype(tag)>(a, r0, r1); });
+      [&](auto tag, int64_t r0, int64_t r1) {
+        using T = decltype(tag);
+        WithStream(a.y != a.a && a.y != a.b &&
+                       StreamOutput<T>(a.y, a.y_rows.uniform_stride, a.y_rows.count, a.y_rows.cols),
+                   [&](auto s) { BinaryTyped<T, decltype(s)::value>(a, r0, r1); });
+      });
 }
 
 // e^x over the whole f32 range: 0 below -87.3 (results under 2^-126 flush, as with FTZ), inf
@@ -219,7 +228,7 @@ HWY_INLINE V ApplyUnary(D d, V x, V alpha) {
   return x;
 }
 
-template <class T, UnaryOp kOp>
+template <class T, UnaryOp kOp, bool kStream>
 void UnaryRows(const UnaryArgs& a, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -233,50 +242,55 @@ void UnaryRows(const UnaryArgs& a, int64_t r0, int64_t r1) {
     for (; i + 2 * L <= C; i += 2 * L) {
       const auto v0 = ApplyUnary<kOp>(d, LoadF(d, x + i), alpha);
       const auto v1 = ApplyUnary<kOp>(d, LoadF(d, x + i + L), alpha);
-      StoreF(d, v0, y + i);
-      StoreF(d, v1, y + i + L);
+      StoreOut<kStream>(d, v0, y + i);
+      StoreOut<kStream>(d, v1, y + i + L);
     }
     for (; i < C; i += L) {
       const int64_t n = std::min(L, C - i);
       StoreN(d, ApplyUnary<kOp>(d, LoadN(d, x + i, n, 1.0f), alpha), y + i, n);
     }
   }
+  if constexpr (kStream) hwy::FlushStream();
 }
 
-template <class T>
+template <class T, bool kStream>
 void UnaryTyped(const UnaryArgs& a, int64_t r0, int64_t r1) {
   switch (a.op) {
     case UnaryOp::kScale:
-      return UnaryRows<T, UnaryOp::kScale>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kScale, kStream>(a, r0, r1);
     case UnaryOp::kNeg:
-      return UnaryRows<T, UnaryOp::kNeg>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kNeg, kStream>(a, r0, r1);
     case UnaryOp::kSqrt:
-      return UnaryRows<T, UnaryOp::kSqrt>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kSqrt, kStream>(a, r0, r1);
     case UnaryOp::kRsqrt:
-      return UnaryRows<T, UnaryOp::kRsqrt>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kRsqrt, kStream>(a, r0, r1);
     case UnaryOp::kReciprocal:
-      return UnaryRows<T, UnaryOp::kReciprocal>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kReciprocal, kStream>(a, r0, r1);
     case UnaryOp::kExp:
-      return UnaryRows<T, UnaryOp::kExp>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kExp, kStream>(a, r0, r1);
     case UnaryOp::kTanh:
-      return UnaryRows<T, UnaryOp::kTanh>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kTanh, kStream>(a, r0, r1);
     case UnaryOp::kErf:
-      return UnaryRows<T, UnaryOp::kErf>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kErf, kStream>(a, r0, r1);
     case UnaryOp::kSigmoid:
-      return UnaryRows<T, UnaryOp::kSigmoid>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kSigmoid, kStream>(a, r0, r1);
     case UnaryOp::kAbs:
-      return UnaryRows<T, UnaryOp::kAbs>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kAbs, kStream>(a, r0, r1);
     case UnaryOp::kSquare:
-      return UnaryRows<T, UnaryOp::kSquare>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kSquare, kStream>(a, r0, r1);
     case UnaryOp::kIdentity:
-      return UnaryRows<T, UnaryOp::kIdentity>(a, r0, r1);
+      return UnaryRows<T, UnaryOp::kIdentity, kStream>(a, r0, r1);
   }
 }
 
 void UnaryForward(const UnaryArgs& a) {
-  ParallelRowsTyped(
-      a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, 16384, a.ftz,
-      [&](auto tag, int64_t r0, int64_t r1) { UnaryTyped<decltype(tag)>(a, r0, r1); });
+  ParallelRowsTyped(a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, 16384, a.ftz,
+                    [&](auto tag, int64_t r0, int64_t r1) {
+                      using T = decltype(tag);
+                      WithStream(a.y != a.x && StreamOutput<T>(a.y, a.y_rows.uniform_stride,
+                                                               a.y_rows.count, a.y_rows.cols),
+                                 [&](auto s) { UnaryTyped<T, decltype(s)::value>(a, r0, r1); });
+                    });
 }
 
 }  // namespace tboost::kernels::HWY_NAMESPACE

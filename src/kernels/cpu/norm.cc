@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
 #include "src/kernels/cpu/hwy_util-inl.h"
@@ -123,7 +124,7 @@ struct Moments {
 // kRms, kRes (a residual is added), kSum (the PRENORM sum is written) are template flags: at
 // Zen 5's bandwidth (~80 GB/s for a copy on huge pages) the per-vector tests of these
 // loop-invariant flags were a measurable part of the row loop.
-template <class T, class W, bool kRms, bool kRes, bool kSum>
+template <class T, class W, bool kRms, bool kRes, bool kSum, bool kStream>
 void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   using D = decltype(d);
@@ -200,7 +201,10 @@ void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
     V v = hn::Mul(hn::Sub(s, vm), vr);
     v = hn::Mul(v, hn::Add(LoadN(d, w + j, n), one));
     if (b) v = hn::Add(v, LoadN(d, b + j, n));
-    StoreN(d, v, p.y + j, n);
+    if (n == L)
+      StoreOut<kStream>(d, v, p.y + j);
+    else
+      StoreN(d, v, p.y + j, n);
   };
 
   // Prologue: the first row's first pass alone.
@@ -232,17 +236,24 @@ void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
       for (int64_t j = 0; j < C; j += L) output(cur, vm, vr, j, std::min(L, C - j));
     }
   }
+  if constexpr (kStream) hwy::FlushStream();
 }
 
 template <class T, class W>
 void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
   const bool res = a.residual != nullptr, sum = a.sum != nullptr;
+  // Out of place only: in place, row r's lines were just read, and a plain store costs no
+  // read for ownership.
+  const bool stream = a.y != a.x && a.y != a.residual &&
+                      StreamOutput<T>(a.y, a.y_rows.uniform_stride, a.x_rows.count, a.x_rows.cols);
   auto go = [&](auto rms) {
-    constexpr bool kRms = decltype(rms)::value;
-    if (res && sum) return NormRowsImpl<T, W, kRms, true, true>(a, r0, r1);
-    if (res) return NormRowsImpl<T, W, kRms, true, false>(a, r0, r1);
-    if (sum) return NormRowsImpl<T, W, kRms, false, true>(a, r0, r1);
-    return NormRowsImpl<T, W, kRms, false, false>(a, r0, r1);
+    WithStream(stream, [&](auto s) {
+      constexpr bool kRms = decltype(rms)::value, kStream = decltype(s)::value;
+      if (res && sum) return NormRowsImpl<T, W, kRms, true, true, kStream>(a, r0, r1);
+      if (res) return NormRowsImpl<T, W, kRms, true, false, kStream>(a, r0, r1);
+      if (sum) return NormRowsImpl<T, W, kRms, false, true, kStream>(a, r0, r1);
+      return NormRowsImpl<T, W, kRms, false, false, kStream>(a, r0, r1);
+    });
   };
   if (a.rms)
     go(std::true_type{});

@@ -50,12 +50,6 @@ namespace tboost::kernels::HWY_NAMESPACE {
 
 inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// Large out-of-place outputs are streamed (non-temporal stores): a normal store first reads
-// the line it writes (read for ownership), so y would cost 1.5x its size in DRAM traffic where
-// memcpy pays 1x. From this size on y is well past the L2 of every core and half of a typical
-// server L3, so a consumer could not have found it in cache anyway.
-constexpr int64_t kStreamBytes = int64_t{16} << 20;
-
 // Copies n elements from the (L1-resident) staging row to y with non-temporal stores, whole
 // aligned vectors in address order so each line is written in one go: interleaving partial
 // lines of several rows (or of a row's two halves) makes the write-combining buffers flush
