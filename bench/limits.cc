@@ -12,6 +12,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // clang-format on
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "tboost/core/cpu_features.h"
 #if HWY_ARCH_X86
@@ -76,6 +77,15 @@ void Stream(float* const* outs, int writes, const float* const* ins, int reads, 
   }
 }
 
+// A copy with non-temporal stores (out and in 64-byte aligned, [b, e) whole vectors): no read
+// for ownership of the destination.
+void CopyNonTemporal(float* out, const float* in, int64_t b, int64_t e) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = b; i + L <= e; i += L) hn::Stream(hn::Load(d, in + i), d, out + i);
+  hwy::FlushStream();
+}
+
 // Sums floats [b, e) with four independent chains (a pure read stream); the result goes to
 // *sink so the loads cannot be optimized away.
 void ReadSum(const float* in, int64_t b, int64_t e, float* sink) {
@@ -110,6 +120,7 @@ HWY_EXPORT(FmaLoop);
 HWY_EXPORT(Bf16DotLoop);
 HWY_EXPORT(Stream);
 HWY_EXPORT(ReadSum);
+HWY_EXPORT(CopyNonTemporal);
 
 void stream_kernel(float* const* outs, int writes, const float* const* ins, int reads, int64_t n,
                    int threads) {
@@ -151,6 +162,17 @@ Limits measure_limits(int threads, bool quick) {
   // Limits are ceilings: the best run counts (the fastest of ~20), not the median.
   const Timing tc = time_fn([&] { stream_kernel(&out, 1, &in, 1, n, threads); }, 0.8, 30);
   l.copy_gbps = 2.0 * 4.0 * static_cast<double>(n) / tc.min / 1e9;
+  const Timing tn = time_fn(
+      [&] {
+#pragma omp parallel num_threads(threads)
+        {
+          const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), blocks = n / 64;
+          HWY_DYNAMIC_DISPATCH(CopyNonTemporal)(out, in, blocks * t / nt * 64,
+                                                blocks * (t + 1) / nt * 64);
+        }
+      },
+      0.8, 30);
+  l.copy_nt_gbps = 2.0 * 4.0 * static_cast<double>(n) / tn.min / 1e9;
   const Timing tr = time_fn([&] { read_kernel(in, n * 4, threads); }, 0.8, 30);
   l.read_gbps = 4.0 * static_cast<double>(n) / tr.min / 1e9;
 
