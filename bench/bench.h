@@ -32,10 +32,10 @@ std::pair<Timing, Timing> time_pair(const std::function<void()>& a, const std::f
 
 struct Limits {
   int threads = 1;
-  double copy_gbps = 0.0;   // read + write bytes / s, normal stores, 256 MiB buffers
+  double copy_gbps = 0.0;     // read + write bytes / s, normal stores, 256 MiB buffers
   double copy_nt_gbps = 0.0;  // the same copy with non-temporal stores (no read for ownership)
-  double read_gbps = 0.0;   // read-only stream over the same 256 MiB
-  double fma_gflops = 0.0;  // f32 FMA peak (vector width of the dispatched target)
+  double read_gbps = 0.0;     // read-only stream over the same 256 MiB
+  double fma_gflops = 0.0;    // f32 FMA peak (vector width of the dispatched target)
   // bf16 dot peak: a vdpbf16ps loop where AVX512_BF16 exists, else the f32 peak.
   double bf16_gflops = 0.0;
 };

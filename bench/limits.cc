@@ -167,8 +167,8 @@ Limits measure_limits(int threads, bool quick) {
 #pragma omp parallel num_threads(threads)
         {
           const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), blocks = n / 64;
-          HWY_DYNAMIC_DISPATCH(CopyNonTemporal)(out, in, blocks * t / nt * 64,
-                                                blocks * (t + 1) / nt * 64);
+          HWY_DYNAMIC_DISPATCH(CopyNonTemporal)
+          (out, in, blocks * t / nt * 64, blocks * (t + 1) / nt * 64);
         }
       },
       0.8, 30);

@@ -603,8 +603,9 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
     cn.dtype = "f32";
     cn.gbps = R.lim.copy_nt_gbps;
     cn.floor_fraction = 1.0;
-    cn.note = std::string("the same copy with non-temporal stores (no read for ownership of "
-                          "the destination), as our ops write outputs of 16 MiB or more; ") +
+    cn.note = std::string(
+                  "the same copy with non-temporal stores (no read for ownership of "
+                  "the destination), as our ops write outputs of 16 MiB or more; ") +
               (R.opt.quick ? "64" : "256") + " MiB arrays, best of ~20";
     R.emit(cn);
     Result rd;

@@ -22,6 +22,12 @@ namespace tboost::kernels {
 // in DRAM traffic where a streaming copy pays 1x. From this size on y is well past the L2 of
 // every core and half of a typical server L3, so its consumer could not find it in cache.
 constexpr int64_t kStreamBytes = int64_t{16} << 20;
+// Requests the kBytes at p into L2 (prefetcht1), one request per 64-byte line.
+template <int64_t kBytes>
+inline void PrefetchL2(const void* p) {
+  for (int64_t k = 0; k < kBytes; k += 64)
+    __builtin_prefetch(static_cast<const char*>(p) + k, 0, 2);
+}
 }  // namespace tboost::kernels
 #endif
 

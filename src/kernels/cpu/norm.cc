@@ -117,6 +117,9 @@ struct Moments {
   }
 };
 
+// How far ahead the input rows are prefetched (see NormRowsImpl).
+constexpr int64_t kNormPrefetchBytes = 16 << 10;
+
 // The rows are software-pipelined: one loop reads row r+1 from DRAM (accumulating its
 // statistics and writing its PRENORM sum) while it writes row r's output from the cached copy
 // of row r. A plain two-pass row (stats, then output) alternates a pure read phase with a pure
@@ -207,6 +210,16 @@ void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
       StoreN(d, v, p.y + j, n);
   };
 
+  // Large inputs with contiguous rows are prefetched to L2 kNormPrefetchBytes ahead. The
+  // hardware prefetchers alone fell behind: on Zen 4 at 4096 f32 columns (rows re-read from
+  // L2 in the output pass while the next row streams in) RmsNorm went from 0.65-0.72x to
+  // 0.88-0.92x of a copy and LayerNorm from 0.50-0.53x to 0.82-0.85x in the fast memory mode;
+  // in the slow mode 1.06-1.10x -> 1.13-1.35x and 0.85-0.88x -> 1.25-1.33x. At 256-1024
+  // columns it changed RmsNorm within the noise and sped LayerNorm up 5-15%.
+  constexpr int64_t kStepBytes = static_cast<int64_t>(2 * hn::MaxLanes(d) * sizeof(T));
+  const int64_t row_bytes = C * static_cast<int64_t>(sizeof(T));
+  const bool prefetch = a.x_rows.uniform_stride == C && (!kRes || a.res_rows.uniform_stride == C) &&
+                        a.x_rows.count * row_bytes >= kStreamBytes;
   // Prologue: the first row's first pass alone.
   NormRow<T> cur = RowAt<T>(a, r0);
   Pass st(d);
@@ -220,11 +233,25 @@ void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
       // Row r+1 streams in from DRAM while row r's output streams out.
       const NormRow<T> next = RowAt<T>(a, r + 1);
       Pass nst(d);
-      for (int64_t j = 0; j < C2; j += 2 * L) {
-        absorb2(nst, next, j);
-        output(cur, vm, vr, j, L);
-        output(cur, vm, vr, j + L, L);
-      }
+      auto sweep = [&](auto prefetch) TBOOST_INLINE_LAMBDA {
+        for (int64_t j = 0; j < C2; j += 2 * L) {
+          if constexpr (decltype(prefetch)::value) {
+            const char* px = reinterpret_cast<const char*>(next.x + j) + kNormPrefetchBytes;
+            for (int64_t k = 0; k < kStepBytes; k += 64) __builtin_prefetch(px + k, 0, 2);
+            if constexpr (kRes) {
+              const char* pr = reinterpret_cast<const char*>(next.res + j) + kNormPrefetchBytes;
+              for (int64_t k = 0; k < kStepBytes; k += 64) __builtin_prefetch(pr + k, 0, 2);
+            }
+          }
+          absorb2(nst, next, j);
+          output(cur, vm, vr, j, L);
+          output(cur, vm, vr, j + L, L);
+        }
+      };
+      if (prefetch)
+        sweep(std::true_type{});
+      else
+        sweep(std::false_type{});
       for (int64_t j = C2; j < C; j += L) {
         const int64_t n = std::min(L, C - j);
         absorb_tail(nst, next, j, n);
