@@ -51,8 +51,8 @@ void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
     // Two independent vectors per step: the exp/reciprocal chains are latency bound.
     for (; i + 2 * L <= F; i += 2 * L) {
       if constexpr (kStream && gated) {
-        PrefetchL2<kStep>(reinterpret_cast<const char*>(gate + i) + kGatedPrefetchBytes);
-        PrefetchL2<kStep>(reinterpret_cast<const char*>(up + i) + kGatedPrefetchBytes);
+        PrefetchRangeL2(reinterpret_cast<const char*>(gate + i) + kGatedPrefetchBytes, kStep);
+        PrefetchRangeL2(reinterpret_cast<const char*>(up + i) + kGatedPrefetchBytes, kStep);
       }
       auto v0 = ApplyActivation<kType>(d, LoadF(d, gate + i));
       auto v1 = ApplyActivation<kType>(d, LoadF(d, gate + i + L));

@@ -22,12 +22,6 @@ namespace tboost::kernels {
 // in DRAM traffic where a streaming copy pays 1x. From this size on y is well past the L2 of
 // every core and half of a typical server L3, so its consumer could not find it in cache.
 constexpr int64_t kStreamBytes = int64_t{16} << 20;
-// Requests the kBytes at p into L2 (prefetcht1), one request per 64-byte line.
-template <int64_t kBytes>
-inline void PrefetchL2(const void* p) {
-  for (int64_t k = 0; k < kBytes; k += 64)
-    __builtin_prefetch(static_cast<const char*>(p) + k, 0, 2);
-}
 }  // namespace tboost::kernels
 #endif
 
@@ -183,6 +177,12 @@ HWY_INLINE bool StreamOutput(const void* y, int64_t stride, int64_t rows, int64_
   (void)y, (void)stride, (void)rows, (void)cols;
   return false;
 #endif
+}
+
+// Requests the `bytes` at p into L2 (prefetcht1), one request per 64-byte line. A prefetch
+// past the end of a buffer is harmless: it never faults.
+HWY_INLINE void PrefetchRangeL2(const char* p, int64_t bytes) {
+  for (int64_t k = 0; k < bytes; k += 64) __builtin_prefetch(p + k, 0, 2);
 }
 
 // Partial vectors: the n < Lanes(d) remaining elements go through a stack buffer, so no

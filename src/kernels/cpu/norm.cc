@@ -237,10 +237,10 @@ void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
         for (int64_t j = 0; j < C2; j += 2 * L) {
           if constexpr (decltype(prefetch)::value) {
             const char* px = reinterpret_cast<const char*>(next.x + j) + kNormPrefetchBytes;
-            for (int64_t k = 0; k < kStepBytes; k += 64) __builtin_prefetch(px + k, 0, 2);
+            PrefetchRangeL2(px, kStepBytes);
             if constexpr (kRes) {
               const char* pr = reinterpret_cast<const char*>(next.res + j) + kNormPrefetchBytes;
-              for (int64_t k = 0; k < kStepBytes; k += 64) __builtin_prefetch(pr + k, 0, 2);
+              PrefetchRangeL2(pr, kStepBytes);
             }
           }
           absorb2(nst, next, j);
