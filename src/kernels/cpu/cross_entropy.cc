@@ -52,7 +52,7 @@ void SoftmaxXentRows(float* z, double* loss, const int32_t* labels, int64_t rows
       const auto vm = hn::Set(d, m), lo = hn::Set(d, -87.0f);
       // exp of (z - max) clamped at -87: FastExp's 2^n needs n >= -126; e^-87 ~ 1.6e-38.
       auto ex = [&](hn::Vec<decltype(d)> z)
-                    TBOOST_INLINE_LAMBDA { return FastExp<6>(d, hn::Max(hn::Sub(z, vm), lo)); };
+                    TBOOST_INLINE_LAMBDA { return FastExp<5>(d, hn::Max(hn::Sub(z, vm), lo)); };
       // The sum without the label's term, kept apart: the label's gradient is p_y - 1 =
       // -(that sum) / (whole sum), exact where p_y - 1 from a rounded p_y would lose every bit
       // for a confident row (p_y within an ulp of 1).
@@ -82,7 +82,7 @@ void SoftmaxXentRows(float* z, double* loss, const int32_t* labels, int64_t rows
       const auto sc = hn::Set(d, inv_valid);
       for (int64_t i = 0; i < V; i += L) {
         const int64_t n = std::min(L, V - i);
-        const auto p = FastExp<6>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n), vl), lo));
+        const auto p = FastExp<5>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n), vl), lo));
         StoreN(d, hn::Mul(hn::Sub(p, off), sc), zr + i, n);
       }
       // (p_y - eps / V - (1 - eps)) / valid with p_y - 1 = -s_not_y / sum.
