@@ -37,11 +37,10 @@ void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
   const int64_t F = a.y_rows.cols;
   constexpr bool gated = ops::is_gated(kType);
   // Gated types read two places of each row at once (gate and up); with large outputs both
-  // are prefetched to L2 16 KiB ahead. On Zen 4 in the fast memory mode SwiGLU at 1024
+  // are prefetched to L2 kPrefetchAheadBytes ahead. On Zen 4 in the fast memory mode SwiGLU at 1024
   // columns went from 0.63-0.79x to 1.11-1.35x of a copy; single-stream activations gained
   // nothing from it and are left to the hardware prefetchers.
   constexpr int64_t kStep = static_cast<int64_t>(2 * hn::MaxLanes(d) * sizeof(T));
-  constexpr int64_t kGatedPrefetchBytes = 16 << 10;
   for (int64_t r = r0; r < r1; ++r) {
     const T* x = static_cast<const T*>(a.x) + a.x_rows.offset(r);
     const T* gate = gated && !a.gate_first ? x + F : x;
@@ -51,8 +50,8 @@ void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
     // Two independent vectors per step: the exp/reciprocal chains are latency bound.
     for (; i + 2 * L <= F; i += 2 * L) {
       if constexpr (kStream && gated) {
-        PrefetchRangeL2(reinterpret_cast<const char*>(gate + i) + kGatedPrefetchBytes, kStep);
-        PrefetchRangeL2(reinterpret_cast<const char*>(up + i) + kGatedPrefetchBytes, kStep);
+        PrefetchRangeL2(reinterpret_cast<const char*>(gate + i) + kPrefetchAheadBytes, kStep);
+        PrefetchRangeL2(reinterpret_cast<const char*>(up + i) + kPrefetchAheadBytes, kStep);
       }
       auto v0 = ApplyActivation<kType>(d, LoadF(d, gate + i));
       auto v1 = ApplyActivation<kType>(d, LoadF(d, gate + i + L));
@@ -100,15 +99,10 @@ void ActTyped(const ActivationArgs& a, int64_t r0, int64_t r1) {
 }
 
 void ActivationForward(const ActivationArgs& a) {
-  // Large out-of-place outputs are streamed (StreamOutput); in place, y's lines were just read
-  // and a plain store costs no read for ownership.
-  ParallelRowsTyped(a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, 8192, a.ftz,
-                    [&](auto tag, int64_t r0, int64_t r1) {
-                      using T = decltype(tag);
-                      WithStream(a.y != a.x && StreamOutput<T>(a.y, a.y_rows.uniform_stride,
-                                                               a.y_rows.count, a.y_rows.cols),
-                                 [&](auto s) { ActTyped<T, decltype(s)::value>(a, r0, r1); });
-                    });
+  ParallelRowsStreamed(a.dtype, a.threads, a.y, a.y_rows, a.y == a.x, 8192, a.ftz,
+                       [&](auto tag, auto stream, int64_t r0, int64_t r1) {
+                         ActTyped<decltype(tag), decltype(stream)::value>(a, r0, r1);
+                       });
 }
 
 // Softmax rows: max pass, exp pass (FastExp, rel. error < 2.5e-6; writes e^(x-max) and

@@ -125,16 +125,10 @@ void BinaryTyped(const BinaryArgs& a, int64_t r0, int64_t r1) {
 void BinaryForward(const BinaryArgs& a) {
   // std::pow costs ~20-40 ns: split pow over threads at far fewer elements.
   const int64_t grain = a.op == BinaryOp::kPow ? 1024 : 16384;
-  // Large outputs that are neither input are streamed (StreamOutput); in place, y's lines were
-  // just read and a plain store costs no read for ownership.
-  ParallelRowsTyped(
-      a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, grain, a.ftz,
-      [&](auto tag, int64_t r0, int64_t r1) {
-        using T = decltype(tag);
-        WithStream(a.y != a.a && a.y != a.b &&
-                       StreamOutput<T>(a.y, a.y_rows.uniform_stride, a.y_rows.count, a.y_rows.cols),
-                   [&](auto s) { BinaryTyped<T, decltype(s)::value>(a, r0, r1); });
-      });
+  ParallelRowsStreamed(a.dtype, a.threads, a.y, a.y_rows, a.y == a.a || a.y == a.b, grain, a.ftz,
+                       [&](auto tag, auto stream, int64_t r0, int64_t r1) {
+                         BinaryTyped<decltype(tag), decltype(stream)::value>(a, r0, r1);
+                       });
 }
 
 // e^x over the whole f32 range: 0 below -87.3 (results under 2^-126 flush, as with FTZ), inf
@@ -284,13 +278,10 @@ void UnaryTyped(const UnaryArgs& a, int64_t r0, int64_t r1) {
 }
 
 void UnaryForward(const UnaryArgs& a) {
-  ParallelRowsTyped(a.dtype, a.threads, a.y_rows.count, a.y_rows.cols, 16384, a.ftz,
-                    [&](auto tag, int64_t r0, int64_t r1) {
-                      using T = decltype(tag);
-                      WithStream(a.y != a.x && StreamOutput<T>(a.y, a.y_rows.uniform_stride,
-                                                               a.y_rows.count, a.y_rows.cols),
-                                 [&](auto s) { UnaryTyped<T, decltype(s)::value>(a, r0, r1); });
-                    });
+  ParallelRowsStreamed(a.dtype, a.threads, a.y, a.y_rows, a.y == a.x, 16384, a.ftz,
+                       [&](auto tag, auto stream, int64_t r0, int64_t r1) {
+                         UnaryTyped<decltype(tag), decltype(stream)::value>(a, r0, r1);
+                       });
 }
 
 }  // namespace tboost::kernels::HWY_NAMESPACE

@@ -17,11 +17,14 @@
 #define TBOOST_KERNELS_HWY_UTIL_ONCE_H_
 #include <cstdint>
 namespace tboost::kernels {
-// Outputs of at least this many bytes are written with non-temporal stores (StreamF): a
+// Outputs of at least this many bytes are written with non-temporal stores (StoreOut): a
 // normal store first reads the line it writes (read for ownership), so y costs 1.5x its size
 // in DRAM traffic where a streaming copy pays 1x. From this size on y is well past the L2 of
 // every core and half of a typical server L3, so its consumer could not find it in cache.
 constexpr int64_t kStreamBytes = int64_t{16} << 20;
+// How far ahead of its reads a streaming kernel prefetches its input to L2 (PrefetchRangeL2):
+// norms, gated activations and rope.
+constexpr int64_t kPrefetchAheadBytes = int64_t{16} << 10;
 }  // namespace tboost::kernels
 #endif
 
@@ -38,6 +41,7 @@ constexpr int64_t kStreamBytes = int64_t{16} << 20;
 
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
+#include "src/kernels/cpu/kernels.h"
 #include "tboost/core/dtype.h"
 #include "tboost/ops/activation.h"
 
@@ -123,31 +127,19 @@ HWY_INLINE void StoreF(D d, hn::Vec<D> v, f16_t* p) {
 #endif
 }
 
-// Non-temporal stores of one full vector (p aligned to Lanes(d) elements of T): the line is
-// written without being read first (no read for ownership) and does not displace cached data.
-// For outputs far larger than the caches, which a consumer could not find in cache anyway.
-// f16 stores normally.
-template <class D>
-HWY_INLINE void StreamF(D d, hn::Vec<D> v, float* p) {
-  hn::Stream(v, d, p);
-}
-template <class D>
-HWY_INLINE void StreamF(D d, hn::Vec<D> v, bf16_t* p) {
-  const hn::Rebind<uint16_t, D> d16;
-  hn::Stream(Bf16Bits(d, v), d16, reinterpret_cast<uint16_t*>(p));
-}
-template <class D>
-HWY_INLINE void StreamF(D d, hn::Vec<D> v, f16_t* p) {
-  StoreF(d, v, p);
-}
-
-// A full-vector store of the output: streamed (kStream) or plain.
+// A full-vector store of the output. kStream: a non-temporal store (p aligned to the vector):
+// the line is written without being read first (no read for ownership) and displaces no
+// cached data, for outputs far larger than the caches. f16 is never streamed (StreamOutput).
 template <bool kStream, class D, class T>
 HWY_INLINE void StoreOut(D d, hn::Vec<D> v, T* p) {
-  if constexpr (kStream)
-    StreamF(d, v, p);
-  else
+  if constexpr (kStream && std::is_same_v<T, float>) {
+    hn::Stream(v, d, p);
+  } else if constexpr (kStream && std::is_same_v<T, bf16_t>) {
+    const hn::Rebind<uint16_t, D> d16;
+    hn::Stream(Bf16Bits(d, v), d16, reinterpret_cast<uint16_t*>(p));
+  } else {
     StoreF(d, v, p);
+  }
 }
 
 // Calls fn(std::bool_constant<stream>{}): one instantiation per store kind, chosen once per call.
@@ -159,22 +151,21 @@ HWY_INLINE void WithStream(bool stream, const Fn& fn) {
     fn(std::false_type{});
 }
 
-// Whether an output of `rows` rows of `cols` elements, row r at y + r·stride, is streamed:
-// at least kStreamBytes, every row start aligned to a whole vector (Stream needs it), and a
-// storage type StreamF streams. Only on x86 targets with real vectors. On Zen 4 (64 MiB f32,
-// 4096 columns, slow memory mode, alternated runs) this took RmsNorm from 26-30 to 33-40 GB/s,
-// LayerNorm from 23-26 to 27-34 and SiLU from ~1.0x to 1.3-1.5x the speed of a plain copy.
-template <class T>
-HWY_INLINE bool StreamOutput(const void* y, int64_t stride, int64_t rows, int64_t cols) {
+// Whether an output y of dtype dt, rows as in y_rows, is streamed: at least kStreamBytes, every
+// row start aligned to a whole vector (Stream needs it), and f32 or bf16. Only on x86 targets
+// with real vectors. On Zen 4 (64 MiB f32, 4096 columns, slow memory mode, alternated runs)
+// this took RmsNorm from 25-30 to 33-41 GB/s, LayerNorm from 23-27 to 27-34 and SiLU from ~1.0x
+// to 1.3-1.5x the speed of a plain copy.
+HWY_INLINE bool StreamOutput(DType dt, const void* y, const RowView& y_rows) {
 #if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
-  if (std::is_same_v<T, f16_t> || stride < 0) return false;
-  const hn::ScalableTag<float> d;
-  const int64_t vb = static_cast<int64_t>(hn::Lanes(d) * sizeof(T));
-  if ((stride * static_cast<int64_t>(sizeof(T))) % vb != 0) return false;
+  if ((dt != DType::kF32 && dt != DType::kBF16) || y_rows.uniform_stride < 0) return false;
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  const int64_t vb = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())) * es;
+  if ((y_rows.uniform_stride * es) % vb != 0) return false;
   if (reinterpret_cast<uintptr_t>(y) % static_cast<uintptr_t>(vb) != 0) return false;
-  return rows * cols * static_cast<int64_t>(sizeof(T)) >= kStreamBytes;
+  return y_rows.count * y_rows.cols * es >= kStreamBytes;
 #else
-  (void)y, (void)stride, (void)rows, (void)cols;
+  (void)dt, (void)y, (void)y_rows;
   return false;
 #endif
 }
@@ -382,6 +373,19 @@ HWY_INLINE void ParallelRowsTyped(DType dtype, int threads, int64_t count, int64
       default:
         return fn(f16_t{}, r0, r1);
     }
+  });
+}
+
+// ParallelRowsTyped for row kernels whose output may be streamed: fn(tag, stream, r0, r1) with
+// stream a std::bool_constant, decided once per call. Never in place: there y's lines were
+// just read, and a plain store costs no read for ownership.
+template <class Fn>
+HWY_INLINE void ParallelRowsStreamed(DType dtype, int threads, const void* y, const RowView& y_rows,
+                                     bool in_place, int64_t elems_per_thread, bool ftz,
+                                     const Fn& fn) {
+  WithStream(!in_place && StreamOutput(dtype, y, y_rows), [&](auto stream) {
+    ParallelRowsTyped(dtype, threads, y_rows.count, y_rows.cols, elems_per_thread, ftz,
+                      [&](auto tag, int64_t r0, int64_t r1) { fn(tag, stream, r0, r1); });
   });
 }
 

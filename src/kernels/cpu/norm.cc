@@ -117,9 +117,6 @@ struct Moments {
   }
 };
 
-// How far ahead the input rows are prefetched (see NormRowsImpl).
-constexpr int64_t kNormPrefetchBytes = 16 << 10;
-
 // The rows are software-pipelined: one loop reads row r+1 from DRAM (accumulating its
 // statistics and writing its PRENORM sum) while it writes row r's output from the cached copy
 // of row r. A plain two-pass row (stats, then output) alternates a pure read phase with a pure
@@ -210,7 +207,7 @@ void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
       StoreN(d, v, p.y + j, n);
   };
 
-  // Large inputs with contiguous rows are prefetched to L2 kNormPrefetchBytes ahead. The
+  // Large inputs with contiguous rows are prefetched to L2 kPrefetchAheadBytes ahead. The
   // hardware prefetchers alone fell behind: on Zen 4 at 4096 f32 columns (rows re-read from
   // L2 in the output pass while the next row streams in) RmsNorm went from 0.65-0.72x to
   // 0.88-0.92x of a copy and LayerNorm from 0.50-0.53x to 0.82-0.85x in the fast memory mode;
@@ -236,10 +233,10 @@ void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
       auto sweep = [&](auto prefetch) TBOOST_INLINE_LAMBDA {
         for (int64_t j = 0; j < C2; j += 2 * L) {
           if constexpr (decltype(prefetch)::value) {
-            const char* px = reinterpret_cast<const char*>(next.x + j) + kNormPrefetchBytes;
+            const char* px = reinterpret_cast<const char*>(next.x + j) + kPrefetchAheadBytes;
             PrefetchRangeL2(px, kStepBytes);
             if constexpr (kRes) {
-              const char* pr = reinterpret_cast<const char*>(next.res + j) + kNormPrefetchBytes;
+              const char* pr = reinterpret_cast<const char*>(next.res + j) + kPrefetchAheadBytes;
               PrefetchRangeL2(pr, kStepBytes);
             }
           }
@@ -267,12 +264,8 @@ void NormRowsImpl(const NormArgs& a, int64_t r0, int64_t r1) {
 }
 
 template <class T, class W>
-void NormRows(const NormArgs& a, int64_t r0, int64_t r1) {
+void NormRows(const NormArgs& a, bool stream, int64_t r0, int64_t r1) {
   const bool res = a.residual != nullptr, sum = a.sum != nullptr;
-  // Out of place only: in place, row r's lines were just read, and a plain store costs no
-  // read for ownership.
-  const bool stream = a.y != a.x && a.y != a.residual &&
-                      StreamOutput<T>(a.y, a.y_rows.uniform_stride, a.x_rows.count, a.x_rows.cols);
   auto go = [&](auto rms) {
     WithStream(stream, [&](auto s) {
       constexpr bool kRms = decltype(rms)::value, kStream = decltype(s)::value;
@@ -292,8 +285,11 @@ template <class T, class W>
 void NormTyped(const NormArgs& a) {
   // A row of 4 KiB or more is worth one thread; smaller rows are batched.
   const int64_t min_rows = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, a.x_rows.cols));
+  // y is streamed out of place only: in place, row r's lines were just read, and a plain
+  // store costs no read for ownership.
+  const bool stream = a.y != a.x && a.y != a.residual && StreamOutput(a.dtype, a.y, a.y_rows);
   parallel_for(a.threads, a.x_rows.count, min_rows, a.ftz,
-               [&](int64_t r0, int64_t r1) { NormRows<T, W>(a, r0, r1); });
+               [&](int64_t r0, int64_t r1) { NormRows<T, W>(a, stream, r0, r1); });
 }
 
 void NormForward(const NormArgs& a) {

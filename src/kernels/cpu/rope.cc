@@ -50,8 +50,6 @@ namespace tboost::kernels::HWY_NAMESPACE {
 
 inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-constexpr int64_t kRopePrefetchBytes = 16 << 10;
-
 // Copies n elements from the (L1-resident) staging row to y with non-temporal stores, whole
 // aligned vectors in address order so each line is written in one go: interleaving partial
 // lines of several rows (or of a row's two halves) makes the write-combining buffers flush
@@ -425,9 +423,9 @@ void RopeBlocks(const RopeArgs& a, const RopePlan& plan, int64_t B, int64_t S) {
         // 0.74-0.86x to 1.00-1.18x of a copy in Zen 4's fast memory mode and from ~1.13x to
         // ~1.32x (means of 12 rounds) in the slow one; bf16 stayed within the noise.
         if (prefetch) {
-          PrefetchRangeL2(reinterpret_cast<const char*>(xr[0]) + kRopePrefetchBytes, row_bytes);
+          PrefetchRangeL2(reinterpret_cast<const char*>(xr[0]) + kPrefetchAheadBytes, row_bytes);
           if (two)
-            PrefetchRangeL2(reinterpret_cast<const char*>(xr[1]) + kRopePrefetchBytes, row_bytes);
+            PrefetchRangeL2(reinterpret_cast<const char*>(xr[1]) + kPrefetchAheadBytes, row_bytes);
         }
         TouchLines(xr[0], row_bytes);
         if (two) TouchLines(xr[1], row_bytes);
