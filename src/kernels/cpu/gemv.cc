@@ -141,10 +141,13 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16Dp(const uint32_t* x2, int64_t
 enum class XLayout { kF32, kF32PairSplit, kBf16 };
 
 // Dots of kM rows of x with weight rows [0, cnt) (cnt <= 16) into sums[m * 16 + j], row after
-// row. Accumulators: kM * kU in the 16 ymm registers of AVX2.
+// row. Accumulators: kM * kU in the 16 ymm registers of AVX2. Not inlined: one copy per
+// (kM, TW) serves every output type and epilogue (inlined, the 45 GemvTyped instantiations
+// each carried all four, and gemv.cc was the second-longest compile of the library). A call
+// per block of 16 weight rows costs nothing measurable.
 template <int kM, class TW>
-HWY_INLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
-                        int64_t cnt, float* sums, XLayout xl) {
+HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
+                          int64_t cnt, float* sums, XLayout xl) {
   constexpr int kU = kM <= 2 ? 4 : 2;
   const bool pairs = xl == XLayout::kF32PairSplit;
 #if TBOOST_HAS_BF16_DOT
