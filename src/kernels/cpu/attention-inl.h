@@ -42,8 +42,6 @@ constexpr int64_t kDecodeSub = 128;    // keys scored at once in a decode task
 // Keys per decode chunk: fixed, so the split (and the rounding of the merge) depends on the
 // context length only, never on the thread count.
 constexpr int64_t kDecodeChunk = 512;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t Br() { return kV * static_cast<int64_t>(hn::Lanes(DF())); }
@@ -51,14 +49,14 @@ inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 inline size_t Align64(size_t n) { return (n + 63) & ~size_t{63}; }
 
 // 2^x for x <= 0 (scores minus their running max); exactly 0 below -126, so -inf (a masked
-// score) contributes nothing. Degree-5 polynomial of e^r (ExpPoly), r = f·ln2, |f| <= 1/2:
+// score) contributes nothing. Degree-5 polynomial of 2^f (ExpPoly in base 2), |f| <= 1/2:
 // relative error ~1.7e-7.
 HWY_INLINE VF Exp2(DF d, VF x) {
   const VF xc = hn::Max(x, hn::Set(d, -127.0f));
   const VF shifter = hn::Set(d, kShifter);
   const VF t = hn::Add(xc, shifter);  // n = round(x)
-  const VF r = hn::Mul(hn::Sub(xc, hn::Sub(t, shifter)), hn::Set(d, kLn2));
-  const VF y = hn::Mul(ExpPoly<5>(d, r), Pow2FromShifted(d, t));
+  const VF f = hn::Sub(xc, hn::Sub(t, shifter));
+  const VF y = hn::Mul(ExpPoly<5, false, true>(d, f), Pow2FromShifted(d, t));
   return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -126.0f)), y);
 }
 // ---- addressing -----------------------------------------------------------------------------

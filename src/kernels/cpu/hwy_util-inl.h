@@ -25,6 +25,8 @@ constexpr int64_t kStreamBytes = int64_t{16} << 20;
 // How far ahead of its reads a streaming kernel prefetches its input to L2 (PrefetchRangeL2):
 // norms, gated activations and rope.
 constexpr int64_t kPrefetchAheadBytes = int64_t{16} << 10;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 }  // namespace tboost::kernels
 #endif
 
@@ -237,20 +239,29 @@ HWY_INLINE hn::Vec<D> Pow2FromShifted(D d, hn::Vec<D> t) {
 // before: 3.3e-6 (degree 5) and 2.4e-7 (degree 6). One FMA less for the same accuracy.
 // kNeg: e^(-r) instead, the same polynomial in -r (odd coefficients negated), so a caller
 // that wants e^(-z) needs no negation of its argument.
-template <int kDegree, bool kNeg = false, class D>
+// kBase2: 2^r (or 2^(-r)) for |r| <= 1/2, the same polynomial in r·ln2 (ck scaled by ln2^k at
+// compile time), so a caller reducing in base 2 needs no multiply by ln2 either.
+template <int kDegree, bool kNeg = false, bool kBase2 = false, class D>
 HWY_INLINE hn::Vec<D> ExpPoly(D d, hn::Vec<D> r) {
   static_assert(kDegree == 4 || kDegree == 5, "degree 4 or 5");
-  constexpr float s = kNeg ? -1.0f : 1.0f;  // the sign of the odd powers
-  constexpr bool k5 = kDegree == 5;
-  const float c1 = k5 ? 9.9999970719e-01f : 9.9996683629e-01f;
-  const float c2 = k5 ? 4.9999149525e-01f : 5.0003013660e-01f;
-  const float c3 = k5 ? 1.6667636200e-01f : 1.6787473802e-01f;
-  const float c4 = k5 ? 4.1897930046e-02f : 4.1513848108e-02f;
-  hn::Vec<D> p = hn::Set(d, c4);
-  if constexpr (k5) p = hn::MulAdd(hn::Set(d, s * 8.2903147257e-03f), r, p);
-  p = hn::MulAdd(p, r, hn::Set(d, s * c3));
-  p = hn::MulAdd(p, r, hn::Set(d, c2));
-  p = hn::MulAdd(p, r, hn::Set(d, s * c1));
+  static constexpr double c4[] = {1.0, 9.9996683629e-01, 5.0003013660e-01, 1.6787473802e-01,
+                                  4.1513848108e-02};
+  static constexpr double c5[] = {1.0,
+                                  9.9999970719e-01,
+                                  4.9999149525e-01,
+                                  1.6667636200e-01,
+                                  4.1897930046e-02,
+                                  8.2903147257e-03};
+  constexpr auto coef = [](int k) {
+    double c = kDegree == 5 ? c5[k] : c4[k];
+    for (int i = 0; i < k && kBase2; ++i) c *= 0.6931471805599453;
+    return static_cast<float>(kNeg && (k & 1) ? -c : c);
+  };
+  hn::Vec<D> p = hn::Set(d, coef(kDegree));
+  if constexpr (kDegree == 5) p = hn::MulAdd(p, r, hn::Set(d, coef(4)));
+  p = hn::MulAdd(p, r, hn::Set(d, coef(3)));
+  p = hn::MulAdd(p, r, hn::Set(d, coef(2)));
+  p = hn::MulAdd(p, r, hn::Set(d, coef(1)));
   return hn::MulAdd(p, r, hn::Set(d, 1.0f));
 }
 
@@ -277,29 +288,38 @@ HWY_INLINE V FastExp(D d, V x) {
   return hn::Mul(ExpPoly<kDegree>(d, r), Pow2FromShifted(d, t));
 }
 
-// e^(-z) for z in [-88.3, 87.3], at FastExp's cost without a negation: n = round(z·log2 e),
-// r = z - n·ln2, e^(-z) = e^(-r)·2^(-n), with 2^(-n) built from the shifted sum as
-// (127 - n) << 23. One instruction less per vector than FastExp(Neg(z)) in the activations,
-// which are compute bound on Zen 4 in its fast memory mode.
+// 2^(-v) for v in [-125, 125] (callers clamp), the exponential of the activations. Reduced in
+// base 2: n = round(v) by the shifter, r = v - n exactly (one subtract, where e^x needs two
+// FMAs against a two-part ln2), 2^(-r) by ExpPoly<kBase2>, and 2^(-n) applied by subtracting
+// n from the result's exponent field instead of a multiply: t's bits are 0x4B400000 + n, and
+// shifted left by 23 the constant part wraps to zero, leaving n << 23. The result's exponent
+// stays normal for |n| <= 125. Callers fold log2 e into the arithmetic that forms v.
+// Why: on Zen 4 the activations were bound by the FMA/multiply pipes (14 of 21 operations per
+// vector for tanh-GELU); this form moves the reduction to the add pipes and the scaling to
+// integer ops, leaving 10 of 19 there.
 template <int kDegree = 4, class D, class V>
-HWY_INLINE V FastExpNeg(D d, V z) {
+HWY_INLINE V Exp2Neg(D d, V v) {
   const hn::RebindToSigned<D> di;
   const V shifter = hn::Set(d, kShifter);
-  const V t = hn::MulAdd(z, hn::Set(d, 1.44269504088896341f), shifter);
-  const V n = hn::Sub(t, shifter);
-  V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), z);
-  r = hn::NegMulAdd(n, hn::Set(d, 1.428606765330187e-06f), r);
-  const V pow2 =
-      hn::BitCast(d, hn::ShiftLeft<23>(hn::Sub(hn::Set(di, 127 + 0x4B400000), hn::BitCast(di, t))));
-  return hn::Mul(ExpPoly<kDegree, true>(d, r), pow2);
+  const V t = hn::Add(v, shifter);
+  const V r = hn::Sub(v, hn::Sub(t, shifter));
+  const auto p = hn::BitCast(di, ExpPoly<kDegree, true, true>(d, r));
+  return hn::BitCast(d, hn::Sub(p, hn::ShiftLeft<23>(hn::BitCast(di, t))));
 }
 
-// 1 / (1 + e^(-z)), z clamped to ±80 so e^(-z) never overflows (x·sigmoid(x) would give
-// inf·0 = NaN). The clamp drops NaN on x86: callers that must propagate NaN check for it.
+// 1 / (1 + 2^(-v)), i.e. sigmoid(v·ln2); v clamped to ±120 so 2^(-v) stays a normal number
+// (x·sigmoid(x) would otherwise give inf·0 = NaN). The clamp drops NaN on x86: callers that
+// must propagate NaN check for it (x·sigmoid(x) does by itself).
+template <class D, class V>
+HWY_INLINE V SigmoidLog2(D d, V v) {
+  const V vc = hn::Min(hn::Max(v, hn::Set(d, -120.0f)), hn::Set(d, 120.0f));
+  return Recip(d, hn::Add(hn::Set(d, 1.0f), Exp2Neg(d, vc)));
+}
+
+// 1 / (1 + e^(-z)).
 template <class D, class V>
 HWY_INLINE V Sigmoid(D d, V z) {
-  const V zc = hn::Min(hn::Max(z, hn::Set(d, -80.0f)), hn::Set(d, 80.0f));
-  return Recip(d, hn::Add(hn::Set(d, 1.0f), FastExpNeg(d, zc)));
+  return SigmoidLog2(d, hn::Mul(z, hn::Set(d, kLog2e)));
 }
 
 // erf by Abramowitz–Stegun 7.1.26: |absolute error| < 1.5e-7 (relative error grows near 0,
@@ -314,7 +334,8 @@ HWY_INLINE V Erf(D d, V x) {
   p = hn::MulAdd(p, t, hn::Set(d, -0.284496736f));
   p = hn::MulAdd(p, t, hn::Set(d, 0.254829592f));
   p = hn::Mul(p, t);
-  const V e = FastExpNeg<kDegree>(d, hn::Min(hn::Mul(ax, ax), hn::Set(d, 80.0f)));
+  const V e = Exp2Neg<kDegree>(
+      d, hn::Min(hn::Mul(hn::Mul(ax, hn::Set(d, kLog2e)), ax), hn::Set(d, 120.0f)));
   const V y = hn::NegMulAdd(p, e, hn::Set(d, 1.0f));
   return hn::CopySign(y, x);
 }
@@ -333,11 +354,13 @@ HWY_INLINE V ApplyActivation(D d, V x) {
     case ActivationType::kGeluTanh:
     case ActivationType::kGeGluTanh: {
       // 0.5·x·(1 + tanh(u)) = x·sigmoid(2u), u = sqrt(2/pi)·(x + 0.044715·x³), so
-      // 2u = x·(c1 + c3·x²) with c1 = 2·sqrt(2/pi), c3 = 0.044715·c1: three instructions.
-      constexpr float c1 = 2.0f * 0.7978845608028654f;
+      // 2u·log2 e = x·(c1 + c3·x²) with c1 = 2·sqrt(2/pi)·log2 e, c3 = 0.044715·c1: three
+      // instructions, and SigmoidLog2 takes it as it is.
+      constexpr double c1 = 2.0 * 0.7978845608028654 * 1.4426950408889634;
       const V x2 = hn::Mul(x, x);
-      const V u2 = hn::Mul(x, hn::MulAdd(x2, hn::Set(d, 0.044715f * c1), hn::Set(d, c1)));
-      return hn::Mul(x, Sigmoid(d, u2));
+      const V v = hn::Mul(x, hn::MulAdd(x2, hn::Set(d, static_cast<float>(0.044715 * c1)),
+                                        hn::Set(d, static_cast<float>(c1))));
+      return hn::Mul(x, SigmoidLog2(d, v));
     }
     case ActivationType::kGeluErf:
     case ActivationType::kGeGluErf: {
