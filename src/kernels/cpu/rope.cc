@@ -39,6 +39,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
@@ -389,13 +390,17 @@ void RopeBlocks(const RopeArgs& a, const RopePlan& plan, int64_t B, int64_t S) {
   const int64_t min_units =
       std::max<int64_t>(1, (32768 + per_unit - 1) / std::max<int64_t>(1, per_unit));
   parallel_for(a.threads, units, min_units, a.ftz, [&](int64_t u0, int64_t u1) {
-    // Zero filled: table lanes past r (read by full vectors, never stored) stay finite.
-    std::vector<float> buf(
-        static_cast<size_t>(2 * plan.half_pad + 2 * plan.tok_block * plan.width));
-    float* scratch = buf.data();  // 2 · half_pad
+    // Vector aligned (hwy::AllocateAligned), so no load or store of the table or the staged
+    // rows splits a cache line; zero filled: table lanes past r (read by full vectors, never
+    // stored) stay finite.
+    const size_t buf_n = static_cast<size_t>(2 * plan.half_pad + 2 * plan.tok_block * plan.width);
+    auto buf = hwy::AllocateAligned<float>(buf_n);
+    std::fill(buf.get(), buf.get() + buf_n, 0.0f);
+    float* scratch = buf.get();  // 2 · half_pad
     float* cos_t = scratch + 2 * plan.half_pad;
     float* sin_t = cos_t + plan.tok_block * plan.width;
-    std::vector<T> stage(kStream ? static_cast<size_t>(2 * D) : 0);  // rows before StreamRow
+    // Rows before StreamRow (Highway's allocator asserts on zero bytes: one element otherwise).
+    auto stage = hwy::AllocateAligned<T>(kStream ? static_cast<size_t>(2 * D) : 1);
     const T* xb = static_cast<const T*>(a.x);
     T* yb = static_cast<T*>(a.y);
     const int64_t row_bytes = D * static_cast<int64_t>(sizeof(T));
@@ -432,8 +437,8 @@ void RopeBlocks(const RopeArgs& a, const RopePlan& plan, int64_t B, int64_t S) {
         const int nr = two ? 2 : 1;
         T* out[2] = {yr[0], yr[1]};
         if constexpr (kStream) {
-          out[0] = stage.data();
-          out[1] = stage.data() + D;
+          out[0] = stage.get();
+          out[1] = stage.get() + D;
         }
         if (two) {
           RopeRowsAny<2, T>(a, plan, xr, out, cos_t + k, sin_t + k);
