@@ -257,11 +257,14 @@ HWY_INLINE hn::Vec<D> ExpPoly(D d, hn::Vec<D> r) {
     for (int i = 0; i < k && kBase2; ++i) c *= 0.6931471805599453;
     return static_cast<float>(kNeg && (k & 1) ? -c : c);
   };
-  hn::Vec<D> p = hn::Set(d, coef(kDegree));
-  if constexpr (kDegree == 5) p = hn::MulAdd(p, r, hn::Set(d, coef(4)));
-  p = hn::MulAdd(p, r, hn::Set(d, coef(3)));
-  p = hn::MulAdd(p, r, hn::Set(d, coef(2)));
-  p = hn::MulAdd(p, r, hn::Set(d, coef(1)));
+  // constexpr values, so the coefficients are folded at compile time at every optimization level.
+  constexpr float k1 = coef(1), k2 = coef(2), k3 = coef(3), k4 = coef(4);
+  constexpr float k5 = kDegree == 5 ? coef(5) : 0.0f;
+  hn::Vec<D> p = hn::Set(d, kDegree == 5 ? k5 : k4);
+  if constexpr (kDegree == 5) p = hn::MulAdd(p, r, hn::Set(d, k4));
+  p = hn::MulAdd(p, r, hn::Set(d, k3));
+  p = hn::MulAdd(p, r, hn::Set(d, k2));
+  p = hn::MulAdd(p, r, hn::Set(d, k1));
   return hn::MulAdd(p, r, hn::Set(d, 1.0f));
 }
 
