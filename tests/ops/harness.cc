@@ -39,6 +39,11 @@ struct ForcedTarget {
 } forced_target;
 }  // namespace
 
+bool streamed_outputs_possible() {
+  const char* t = std::getenv("TBOOST_TEST_HWY_TARGET");
+  return !(t && std::string(t) == "emu128");
+}
+
 Rng::Rng() {
   static uint64_t base = [] {
     const char* env = std::getenv("TBOOST_TEST_SEED");

@@ -110,6 +110,12 @@ struct BadSpec {
 void run_case(const CaseSpec& spec);
 void run_bad_case(const BadSpec& spec);
 
+// False when the suite is forced onto Highway's portable target (TBOOST_TEST_HWY_TARGET=emu128):
+// its kernels have no non-temporal stores, so the 16 MiB+ cases that exist to reach the
+// streamed-output path would repeat the small cases there (at a one-lane speed, slowest of
+// all under the sanitizers).
+bool streamed_outputs_possible();
+
 // gtest-safe name: letters, digits and '_' only.
 std::string test_name(const std::string& name);
 
