@@ -6,7 +6,7 @@
 // far below the f32 tolerance 2^-11), and 1 / (1 + e) is an approximate reciprocal refined by
 // one Newton step (rel. error ~1e-7) instead of a divide, which is 3–5x slower on x86. The
 // exponential is taken in base 2 (Exp2Neg: log2 e folded into the argument, the power of two
-// added to the exponent bits), its argument clamped to ±120 so it never overflows into
+// subtracted from the exponent bits), its argument clamped to ±120 so it never overflows into
 // inf·0 = NaN. Those helpers (Exp2Neg, Sigmoid, Erf, Recip) live in hwy_util-inl.h, shared
 // with the elementwise and backward kernels.
 // clang-format off: Highway's per-target re-inclusion needs this exact order.

@@ -153,23 +153,25 @@ HWY_INLINE void WithStream(bool stream, const Fn& fn) {
     fn(std::false_type{});
 }
 
+// Whether this target's objects write large outputs with non-temporal stores: x86 targets with
+// real vectors only. Elsewhere (the portable targets, other architectures) a "streamed" store
+// would be a plain one, and rope's staging row an extra copy.
+constexpr bool kHasStreamStores =
+    HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR;
+
 // Whether an output y of dtype dt, rows as in y_rows, is streamed: at least kStreamBytes, every
-// row start aligned to a whole vector (Stream needs it), and f32 or bf16. Only on x86 targets
-// with real vectors. On Zen 4 (64 MiB f32, 4096 columns, slow memory mode, alternated runs)
-// this took RmsNorm from 25-30 to 33-41 GB/s, LayerNorm from 23-27 to 27-34 and SiLU from ~1.0x
-// to 1.3-1.5x the speed of a plain copy.
+// row start aligned to a whole vector (Stream needs it), f32 or bf16, and kHasStreamStores. On
+// Zen 4 (64 MiB f32, 4096 columns, slow memory mode, alternated runs) this took RmsNorm from
+// 25-30 to 33-41 GB/s, LayerNorm from 23-27 to 27-34 and SiLU from ~1.0x to 1.3-1.5x the speed
+// of a plain copy.
 HWY_INLINE bool StreamOutput(DType dt, const void* y, const RowView& y_rows) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
+  if (!kHasStreamStores) return false;
   if ((dt != DType::kF32 && dt != DType::kBF16) || y_rows.uniform_stride < 0) return false;
   const int64_t es = static_cast<int64_t>(dtype_size(dt));
   const int64_t vb = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>())) * es;
   if ((y_rows.uniform_stride * es) % vb != 0) return false;
   if (reinterpret_cast<uintptr_t>(y) % static_cast<uintptr_t>(vb) != 0) return false;
   return y_rows.count * y_rows.cols * es >= kStreamBytes;
-#else
-  (void)dt, (void)y, (void)y_rows;
-  return false;
-#endif
 }
 
 // Requests the `bytes` at p into L2 (prefetcht1), one request per 64-byte line. A prefetch

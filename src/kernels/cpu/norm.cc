@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -300,6 +301,7 @@ hwy::AlignedFreeUniquePtr<float[]> Widen(const void* v, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   auto out = hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  if (!out) throw std::bad_alloc();  // Highway's allocator returns null
   for (int64_t j = 0; j < n; j += L)
     StoreN(d, LoadN(d, static_cast<const W*>(v) + j, std::min(L, n - j)), out.get() + j,
            std::min(L, n - j));

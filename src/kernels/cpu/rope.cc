@@ -507,9 +507,10 @@ void RopeTyped(const RopeArgs& a) {
   for (int64_t i = 0; i < plan.half; ++i) plan.inv_freq[static_cast<size_t>(i)] = a.inv_freq[i];
 
   // Stream y when it is far larger than the caches (it would be evicted before any reuse)
-  // and is not x itself (in place, the line was just read: a plain store costs no extra read).
+  // and is not x itself (in place, the line was just read: a plain store costs no extra read),
+  // on targets that have streamed stores (elsewhere the staging row would be a plain copy).
   const int64_t y_bytes = rows * D * static_cast<int64_t>(sizeof(T));
-  const bool stream = a.y != a.x && y_bytes >= kStreamBytes;
+  const bool stream = kHasStreamStores && a.y != a.x && y_bytes >= kStreamBytes;
   if (stream) return RopeBlocks<true, T, P>(a, plan, B, S);
   RopeBlocks<false, T, P>(a, plan, B, S);
 }
