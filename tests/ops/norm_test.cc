@@ -1,5 +1,6 @@
 // RmsNorm / LayerNorm: every layer kind, dtype, weight dtype, odd and strided shapes, against
 // the float64 reference; bad input of every kind.
+#include "src/kernels/cpu/kernels.h"
 #include "tests/ops/harness.h"
 
 namespace tboost::testing {
@@ -316,3 +317,20 @@ TEST(NormOp, UpdateChangesParamsAndReplans) {
 
 }  // namespace
 }  // namespace tboost::testing
+
+// The kernel's own precondition: a PRENORM sum comes with a residual (the op always pairs
+// them); a direct caller that passes a sum alone gets an error naming it, and y is untouched.
+TEST(NormKernel, SumWithoutResidualIsAnError) {
+  std::vector<float> x(64, 1.0f), w(64, 1.0f), y(64, -7.0f), sum(64, -7.0f);
+  tboost::kernels::NormArgs a;
+  const tboost::kernels::RowView rv = tboost::kernels::RowView::contiguous(1, 64);
+  a.x = x.data(), a.x_rows = rv, a.y = y.data(), a.y_rows = rv, a.sum = sum.data();
+  a.sum_rows = rv, a.weight = w.data(), a.rms = true, a.threads = 1;
+  try {
+    tboost::kernels::norm_forward(a);
+    ADD_FAILURE() << "expected a tboost::Error";
+  } catch (const tboost::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a residual"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(y[0], -7.0f);
+}

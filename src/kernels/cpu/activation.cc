@@ -48,11 +48,10 @@ void ActRows(const ActivationArgs& a, int64_t r0, int64_t r1) {
   // already being read, and nothing prefetched the next row's up half.
   constexpr int64_t kStep = static_cast<int64_t>(2 * hn::MaxLanes(d) * sizeof(T));
   const int64_t x_stride = a.x_rows.uniform_stride;  // elements; < 0: rows not evenly spaced
-  const int64_t ahead =
-      x_stride > 0
-          ? x_stride * ((kPrefetchAheadBytes + x_stride * static_cast<int64_t>(sizeof(T)) - 1) /
-                        (x_stride * static_cast<int64_t>(sizeof(T))))
-          : kPrefetchAheadBytes / static_cast<int64_t>(sizeof(T));
+  const int64_t row_bytes = x_stride * static_cast<int64_t>(sizeof(T));
+  const int64_t ahead = x_stride > 0  // elements: whole rows covering kPrefetchAheadBytes
+                            ? x_stride * ((kPrefetchAheadBytes + row_bytes - 1) / row_bytes)
+                            : kPrefetchAheadBytes / static_cast<int64_t>(sizeof(T));
   for (int64_t r = r0; r < r1; ++r) {
     const T* x = static_cast<const T*>(a.x) + a.x_rows.offset(r);
     const T* gate = gated && !a.gate_first ? x + F : x;

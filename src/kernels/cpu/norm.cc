@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <new>
 #include <optional>
 #include <type_traits>
@@ -25,6 +24,7 @@
 #include "src/core/parallel.h"
 #include "src/kernels/cpu/hwy_util-inl.h"
 #include "src/kernels/cpu/kernels.h"
+#include "tboost/core/error.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
@@ -295,46 +295,31 @@ void NormTyped(const NormArgs& a) {
                [&](int64_t r0, int64_t r1) { NormRows<T>(a, stream, r0, r1); });
 }
 
-// n weights (or biases) of storage type W as f32, vector aligned.
-template <class W>
-hwy::AlignedFreeUniquePtr<float[]> Widen(const void* v, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+// n weights (or biases) of dtype dt as f32 (the library's vectorized convert), vector aligned.
+hwy::AlignedFreeUniquePtr<float[]> WidenToF32(const void* v, DType dt, int64_t n) {
   auto out = hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(n, 1)));
   if (!out) throw std::bad_alloc();  // Highway's allocator returns null
-  for (int64_t j = 0; j < n; j += L)
-    StoreN(d, LoadN(d, static_cast<const W*>(v) + j, std::min(L, n - j)), out.get() + j,
-           std::min(L, n - j));
+  convert(out.get(), DType::kF32, v, dt, n);
   return out;
 }
 
 // The row kernel is instantiated per storage type only, not per (storage, weight) pair:
 // bf16 or f16 weights and biases are widened to f32 once per call here (C values, against
-// the rows' rows·C), and a sum without a residual (x itself) is copied here. Those were 2.2x
-// the instantiations (240 over the three targets), and norm.cc took 4 of the 6 minutes of a
-// two-core release build and over 8 under the sanitizers.
+// the rows' rows·C). That and the PRENORM sum always coming with a residual halved the
+// instantiations (240 -> 108 over the three targets); norm.cc had taken 4 of the 6.5 minutes
+// of a two-core release build and over 12 under the sanitizers.
 void NormForward(const NormArgs& args) {
+  if (args.sum && !args.residual)
+    throw Error(ErrorCode::kInvalidArgument,
+                "norm_forward: a sum output (PRENORM) needs a residual input; got a sum and "
+                "no residual");
   NormArgs a = args;
   const int64_t C = a.x_rows.cols;
   hwy::AlignedFreeUniquePtr<float[]> wf, bf;
   if (a.wdtype != DType::kF32) {
-    const bool bf16 = a.wdtype == DType::kBF16;
-    wf = bf16 ? Widen<bf16_t>(a.weight, C) : Widen<f16_t>(a.weight, C);
-    a.weight = wf.get();
-    if (a.bias) {
-      bf = bf16 ? Widen<bf16_t>(a.bias, C) : Widen<f16_t>(a.bias, C);
-      a.bias = bf.get();
-    }
-    a.wdtype = DType::kF32;
-  }
-  if (a.sum && !a.residual) {  // the "sum" is x alone
-    const int64_t es = static_cast<int64_t>(dtype_size(a.dtype));
-    for (int64_t r = 0; r < a.x_rows.count; ++r) {
-      const char* x = static_cast<const char*>(a.x) + a.x_rows.offset(r) * es;
-      char* s = static_cast<char*>(a.sum) + a.sum_rows.offset(r) * es;
-      if (s != x) std::memmove(s, x, static_cast<size_t>(C * es));
-    }
-    a.sum = nullptr;
+    wf = WidenToF32(a.weight, a.wdtype, C);
+    if (a.bias) bf = WidenToF32(a.bias, a.wdtype, C);
+    a.weight = wf.get(), a.bias = bf.get(), a.wdtype = DType::kF32;
   }
   switch (a.dtype) {
     case DType::kF32:
