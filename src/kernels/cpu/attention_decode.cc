@@ -35,13 +35,31 @@ struct DecodeScratch {
   float* row;
 };
 
-// Decode is bound by DRAM: the row ~kPrefetchBytes ahead of the one being read is requested
-// while it is processed (the hardware prefetchers stop at every 4 KiB page, which left the
-// cores waiting on each new row). Prefetching past a span's end is harmless (no fault).
+// Decode is bound by DRAM, and how the cache is walked decides how fast it streams (bench/
+// RESULTS.md, "memory access order" and "decode prefetch"):
+// - Rows read one after the other, each front to back (the "sequential" loops below), form one
+//   stream that the hardware prefetchers follow. These loops issue no software prefetch: on
+//   Zen 4 the MHA decode read at 0.93-1.0 of a plain read without it, 0.67-0.88 with it. A
+//   software prefetch takes one of the core's few L1 miss slots for each line, which the
+//   hardware stream prefetcher does not need.
+// - Sweeps across several rows at once (each row's vector x, then x + N, ...) lose the hardware
+//   prefetchers; they request the row kPrefetchBytes ahead of the one being read (without it
+//   they read at about half the speed). Prefetching past a span's end is harmless (no fault).
+// Query rows per key up to which the dots and the P·V update take the sequential loops (more
+// rows are bound by their FMAs, and the sweep loads each q vector once for several keys). The
+// bf16 pair dot stays on the sweep for 3+ rows: measured no faster sequentially.
+constexpr int kSeqMaxG = 4;
+constexpr int kSeqMaxGDp = 2;
 constexpr int64_t kPrefetchBytes = 8 << 10;
 HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
   return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
 }
+
+// The loops over a compile-time count of register accumulators (query rows x keys) carry
+// `#pragma GCC unroll`: without it GCC -O3 kept the dot's 16 accumulators in a stack array and
+// ran the query-row loop outside the vector loop (seen in perf annotate), and the P·V update
+// with a run-time row count ran its rows one at a time, each two chains of dependent FMAs.
+// Together they cost GQA decode from cache ~20-30% (bench/RESULTS.md, "decode prefetch").
 
 // On AVX-512 (32 registers) G·KK = 16 accumulators for G = 1, 2, 4, 8, reduced together by
 // Reduce16 below: one shuffle tree for 16 scores (~3 instructions each) instead of a
@@ -112,43 +130,53 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[G][KK];
+#pragma GCC unroll 16
   for (int g = 0; g < G; ++g)
+#pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::Zero(d);
-  if constexpr (G <= 2) {
+  if constexpr (G <= kSeqMaxG) {
     // One key row after the other, each read front to back: the cache is then one sequential
     // stream, which the hardware prefetchers follow at full speed. Sweeping x across the KK rows
     // at once (each row's vector x, then x + N, ...) read the same bytes interleaved across rows,
     // and the prefetchers lost it (TouchLines in hwy_util-inl.h has the read-only test; the
     // decode figures are in bench/RESULTS.md, "memory access order").
     const int64_t Dfull = D / N * N;
+#pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       const TK* k = reinterpret_cast<const TK*>(row + kk * row_bytes);
       for (int64_t x = 0; x < Dfull; x += N) {
         const VF kv = LoadF(d, k + x);
+#pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
           acc[g][kk] = hn::MulAdd(hn::Load(d, qs + g * Dp + x), kv, acc[g][kk]);
       }
       if (Dfull < D) {
         const VF kv = LoadTailF(d, k + Dfull, static_cast<size_t>(D - Dfull));
+#pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
           acc[g][kk] = hn::MulAdd(hn::Load(d, qs + g * Dp + Dfull), kv, acc[g][kk]);
       }
     }
   } else {
-    // With 3 or more query rows per key the sweep below is cheaper (each q vector loaded once
-    // per KK keys), and those shapes are bound by their FMAs rather than by the stream.
+    // With more than kSeqMaxG query rows per key the sweep below is cheaper (each q vector
+    // loaded once per KK keys), and those shapes are bound by their FMAs rather than by the
+    // stream.
     const TK* k[KK];
     for (int kk = 0; kk < KK; ++kk) k[kk] = reinterpret_cast<const TK*>(row + kk * row_bytes);
     for (int64_t x = 0; x < D; x += N) {
       VF kv[KK];
       if (x + N <= D) {
+#pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk) kv[kk] = LoadF(d, k[kk] + x);
       } else {
+#pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk)
           kv[kk] = LoadTailF(d, k[kk] + x, static_cast<size_t>(D - x));
       }
+#pragma GCC unroll 16
       for (int g = 0; g < G; ++g) {
         const VF q = hn::Load(d, qs + g * Dp + x);
+#pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::MulAdd(q, kv[kk], acc[g][kk]);
       }
     }
@@ -161,10 +189,12 @@ template <class TK, int G>
 HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t D, int64_t Dp,
                           const float* qs, float* out, int64_t ostride) {
   constexpr int KK = KeysAtOnce(G);
-  const int64_t bytes = D * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
+  const int64_t bytes = D * static_cast<int64_t>(sizeof(TK));
+  const int64_t ahead = G <= kSeqMaxG ? 0 : PrefetchDistance(bytes);  // 0: sequential
   int64_t t = 0;
   for (; t + KK <= n; t += KK) {
-    for (int kk = 0; kk < KK; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
+    if (ahead)
+      for (int kk = 0; kk < KK; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
     DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
   }
   for (; t < n; ++t) DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
@@ -186,13 +216,17 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
                                                    float* HWY_RESTRICT out, int64_t ostride) {
   const int64_t P = D / 2;  // a multiple of 16
   VF acc[G][KK];
+#pragma GCC unroll 16
   for (int g = 0; g < G; ++g)
+#pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) acc[g][kk].raw = _mm512_setzero_ps();
-  if constexpr (G <= 2) {  // row by row, front to back (see DotKeys)
+  if constexpr (G <= kSeqMaxGDp) {  // row by row, front to back (see DotKeys)
+#pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       const uint32_t* k = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
       for (int64_t p = 0; p < P; p += 16) {
         const __m512i kv = _mm512_loadu_si512(k + p);
+#pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
           acc[g][kk].raw = _mm512_dpbf16_ps(
               acc[g][kk].raw, (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p), (__m512bh)kv);
@@ -203,9 +237,12 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
     for (int kk = 0; kk < KK; ++kk) k[kk] = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
     for (int64_t p = 0; p < P; p += 16) {
       __m512i kv[KK];
+#pragma GCC unroll 16
       for (int kk = 0; kk < KK; ++kk) kv[kk] = _mm512_loadu_si512(k[kk] + p);
+#pragma GCC unroll 16
       for (int g = 0; g < G; ++g) {
         const __m512bh q = (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p);
+#pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk)
           acc[g][kk].raw = _mm512_dpbf16_ps(acc[g][kk].raw, q, (__m512bh)kv[kk]);
       }
@@ -219,10 +256,11 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t ro
                                                      int64_t D, const uint32_t* q2, int64_t ldq2,
                                                      float qscale, float* out, int64_t ostride) {
   constexpr int KK = KeysAtOnce(G);
-  const int64_t bytes = D * 2, ahead = PrefetchDistance(bytes);
+  const int64_t bytes = D * 2, ahead = G <= kSeqMaxGDp ? 0 : PrefetchDistance(bytes);
   int64_t t = 0;
   for (; t + KK <= n; t += KK) {
-    for (int kk = 0; kk < KK; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
+    if (ahead)
+      for (int kk = 0; kk < KK; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
     DotKeysBf16Dp<G, KK>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t, ostride);
   }
   for (; t < n; ++t)
@@ -238,14 +276,16 @@ constexpr std::array<DotBf16DpFn, sizeof...(I)> DotBf16DpTable(std::integer_sequ
 #endif
 
 // os[g·ostride + :] += sum over KK consecutive value rows j of p[g·pstride + j] · vrow_j for
-// G rows: the KK rows' vectors are loaded once and shared by every query row, and two
-// vectors of each output row stay in registers across the KK rows. This sweeps x across the
-// KK rows (see DotKeys on that order); AxpyKeysSeq below is used where a row is 4 or 8 whole
-// vectors.
-template <class TK, int KK>
+// the G query rows: the KK rows' vectors are loaded once and shared by every query row, and
+// two vectors of each output row stay in registers across the KK rows. G is a compile-time
+// count so that the query rows' FMA chains are unrolled side by side: with a run-time G the
+// loop ran one row at a time, two chains of KK dependent FMAs, bound by the FMA latency.
+// This sweeps x across the KK rows (see DotKeys on that order); AxpyKeysSeq below is used
+// where a row is 4 or 8 whole vectors.
+template <class TK, int KK, int G>
 HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t Dv,
-                              int64_t G, const float* HWY_RESTRICT p, int64_t pstride,
-                              float* HWY_RESTRICT os, int64_t ostride) {
+                              const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
+                              int64_t ostride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const TK* v[KK];
@@ -253,13 +293,16 @@ HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, i
   int64_t x = 0;
   for (; x + 2 * N <= Dv; x += 2 * N) {
     VF a0[KK], a1[KK];
+#pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       a0[kk] = LoadF(d, v[kk] + x);
       a1[kk] = LoadF(d, v[kk] + x + N);
     }
-    for (int64_t g = 0; g < G; ++g) {
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) {
       float* o = os + g * ostride + x;
       VF o0 = hn::LoadU(d, o), o1 = hn::LoadU(d, o + N);
+#pragma GCC unroll 16
       for (int kk = 0; kk < KK; ++kk) {
         const VF pg = hn::Set(d, p[g * pstride + kk]);
         o0 = hn::MulAdd(pg, a0[kk], o0);
@@ -272,10 +315,13 @@ HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, i
   for (; x < Dv; x += N) {  // at most two vectors; the last may be partial (rows hold
     const int64_t w = std::min(N, Dv - x);  // RoundUp(Dv, N) floats)
     VF a[KK];
+#pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) a[kk] = LoadN(d, v[kk] + x, w);
-    for (int64_t g = 0; g < G; ++g) {
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) {
       float* o = os + g * ostride + x;
       VF o0 = hn::LoadU(d, o);
+#pragma GCC unroll 16
       for (int kk = 0; kk < KK; ++kk) o0 = hn::MulAdd(hn::Set(d, p[g * pstride + kk]), a[kk], o0);
       hn::StoreU(o0, d, o);
     }
@@ -291,59 +337,81 @@ constexpr int AxpyRowsPerPass(int OV) {
   constexpr int kAcc = TBOOST_DECODE_REDUCE16 ? 16 : 8;
   return OV >= kAcc ? 1 : kAcc / OV;
 }
-template <class TK, int OV>
-HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t KK, int64_t G,
+template <class TK, int OV, int G>
+HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t KK,
                             const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
                             int64_t ostride) {
-  constexpr int GB = AxpyRowsPerPass(OV);
+  constexpr int GB = std::min(G, AxpyRowsPerPass(OV));
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t g0 = 0; g0 < G; g0 += GB) {
-    const int gn = static_cast<int>(std::min<int64_t>(GB, G - g0));
+  for (int g0 = 0; g0 < G; g0 += GB) {
+    const int gn = std::min(GB, G - g0);
     VF o[GB][OV];
+#pragma GCC unroll 16
     for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 16
       for (int x = 0; x < OV; ++x)
         o[g][x] = g < gn ? hn::LoadU(d, os + (g0 + g) * ostride + x * N) : hn::Zero(d);
     for (int64_t kk = 0; kk < KK; ++kk) {
       const TK* v = reinterpret_cast<const TK*>(row + kk * row_bytes);
       VF pg[GB];
+#pragma GCC unroll 16
       for (int g = 0; g < GB; ++g) pg[g] = hn::Set(d, g < gn ? p[(g0 + g) * pstride + kk] : 0.0f);
+#pragma GCC unroll 16
       for (int x = 0; x < OV; ++x) {
         const VF a = LoadF(d, v + x * N);
+#pragma GCC unroll 16
         for (int g = 0; g < GB; ++g) o[g][x] = hn::MulAdd(pg[g], a, o[g][x]);
       }
     }
     for (int g = 0; g < gn; ++g)
+#pragma GCC unroll 16
       for (int x = 0; x < OV; ++x) hn::StoreU(o[g][x], d, os + (g0 + g) * ostride + x * N);
   }
 }
 
-template <class TK, int KK>
-HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t Dv, int64_t G,
+constexpr bool AxpySequential(int G) { return G <= kSeqMaxG; }
+HWY_INLINE bool AxpySequential(int G, int64_t Dv) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  return AxpySequential(G) && (Dv == 8 * N || Dv == 4 * N);
+}
+
+template <class TK, int KK, int G>
+HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t Dv,
                          const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
                          int64_t ostride) {
-  // Row by row where one pass over the KK rows covers every query row (see AxpyKeysSeq's GB);
-  // more query rows per key are bound by their FMAs, and the sweep reads each row once.
+  // Row by row up to kSeqMaxG query rows (in passes of AxpyKeysSeq's GB rows, the later passes
+  // from L1); more query rows per key are bound by their FMAs, and the sweep reads each row once.
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  if (Dv == 8 * N && G <= AxpyRowsPerPass(8))
-    return AxpyKeysSeq<TK, 8>(row, row_bytes, KK, G, p, pstride, os, ostride);
-  if (Dv == 4 * N && G <= AxpyRowsPerPass(4))
-    return AxpyKeysSeq<TK, 4>(row, row_bytes, KK, G, p, pstride, os, ostride);
-  AxpyKeysSweep<TK, KK>(row, row_bytes, Dv, G, p, pstride, os, ostride);
+  if constexpr (AxpySequential(G)) {
+    if (Dv == 8 * N) return AxpyKeysSeq<TK, 8, G>(row, row_bytes, KK, p, pstride, os, ostride);
+    if (Dv == 4 * N) return AxpyKeysSeq<TK, 4, G>(row, row_bytes, KK, p, pstride, os, ostride);
+  }
+  AxpyKeysSweep<TK, KK, G>(row, row_bytes, Dv, p, pstride, os, ostride);
+}
+
+template <class TK, int G>
+HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
+                           const float* p, int64_t pstride, float* os, int64_t ostride) {
+  const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK));
+  const int64_t ahead = AxpySequential(G, Dv) ? 0 : PrefetchDistance(bytes);  // 0: sequential
+  int64_t t = 0;
+  for (; t + kAxpyKeys <= n; t += kAxpyKeys) {
+    if (ahead)
+      for (int64_t kk = 0; kk < kAxpyKeys; ++kk)
+        PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
+    AxpyKeys<TK, kAxpyKeys, G>(row + t * row_bytes, row_bytes, Dv, p + t, pstride, os, ostride);
+  }
+  for (; t < n; ++t)
+    AxpyKeys<TK, 1, G>(row + t * row_bytes, row_bytes, Dv, p + t, pstride, os, ostride);
 }
 
 template <class TK>
-HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv, int64_t G,
-                           const float* p, int64_t pstride, float* os, int64_t ostride) {
-  const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK)), ahead = PrefetchDistance(bytes);
-  int64_t t = 0;
-  for (; t + kAxpyKeys <= n; t += kAxpyKeys) {
-    for (int64_t kk = 0; kk < kAxpyKeys; ++kk)
-      PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
-    AxpyKeys<TK, kAxpyKeys>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
-  }
-  for (; t < n; ++t)
-    AxpyKeys<TK, 1>(row + t * row_bytes, row_bytes, Dv, G, p + t, pstride, os, ostride);
+using AxpyFn = void (*)(const char*, int64_t, int64_t, int64_t, const float*, int64_t, float*,
+                        int64_t);
+template <class TK, int... I>
+constexpr std::array<AxpyFn<TK>, sizeof...(I)> AxpyTable(std::integer_sequence<int, I...>) {
+  return {&AxpySpan<TK, I + 1>...};
 }
 
 template <class TK>
@@ -369,6 +437,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
                 int64_t Dv, int64_t c0, int64_t c1, float qscale, DType qdtype,
                 const DecodeScratch& sc, float* part) {
   static constexpr auto dots = DotTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
+  static constexpr auto axpys = AxpyTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t Dp = RoundUp(D, N), Dvp = RoundUp(Dv, N);
@@ -461,7 +530,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
       }
     }
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-      AxpySpan<TK>(row, vr.row_bytes, n, Dv, G, sc.s + (j - s0), kDecodeSub, part + 2, P);
+      axpys[static_cast<size_t>(G - 1)](row, vr.row_bytes, n, Dv, sc.s + (j - s0), kDecodeSub,
+                                        part + 2, P);
     });
   }
 }
