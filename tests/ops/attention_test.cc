@@ -914,6 +914,12 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.ctx = {1, 37, 300, 1500}, .Sq = 1, .Hq = 8, .Hkv = 2, .D = 64, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1, 37, 300, 1500}, .Sq = 1, .Hq = 4,
        .Hkv = 4, .D = 128, .block_size = 7});
+  // bf16 model, GQA: the bf16 P·V pairs in passes of query rows (D = 128: 2 rows per pass;
+  // D = 256: 1) and an odd last key per span.
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1201, 33}, .Sq = 1, .Hq = 8, .Hkv = 2,
+       .D = 128, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {77}, .Sq = 2, .Hq = 4, .Hkv = 2, .D = 256,
+       .block_size = 16});
   // Chunks of 3 new tokens (causal among them); cache dtype independent of q's.
   add({.cache_dtype = bf16, .ctx = {3, 37, 300}, .Sq = 3, .Hq = 4, .Hkv = 1, .D = 80,
        .threads = 2});

@@ -231,7 +231,8 @@ inline size_t DecodeScratchBytes(const AttentionArgs& a) {
   const int64_t G = kMaxDecodeRows, f = sizeof(float);
   return Align64(static_cast<size_t>(G * RoundUp(a.head_dim, N) * f)) +
          Align64(static_cast<size_t>(G * kDecodeSub * f)) +
-         Align64(static_cast<size_t>(std::max(a.head_dim, a.v_head_dim) * f)) + 64;
+         Align64(static_cast<size_t>(std::max(a.head_dim, a.v_head_dim) * f)) +
+         Align64(static_cast<size_t>(G * kDecodeSub) * sizeof(uint16_t)) + 64;
 }
 inline size_t PartialBytes(const AttentionArgs& a) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));

@@ -30,9 +30,10 @@ namespace tboost::kernels::HWY_NAMESPACE {
 // ---- decode -------------------------------------------------------------------------------
 
 struct DecodeScratch {
-  float* qs;  // G x Dp
-  float* s;   // G x kDecodeSub
-  float* row;
+  float* qs;     // G x Dp
+  float* s;      // G x kDecodeSub
+  float* row;    // max(D, Dv)
+  uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp)
 };
 
 // Decode is bound by DRAM, and how the cache is walked decides how fast it streams (bench/
@@ -273,6 +274,7 @@ template <int... I>
 constexpr std::array<DotBf16DpFn, sizeof...(I)> DotBf16DpTable(std::integer_sequence<int, I...>) {
   return {&DotSpanBf16Dp<I + 1>...};
 }
+
 #endif
 
 // os[g·ostride + :] += sum over KK consecutive value rows j of p[g·pstride + j] · vrow_j for
@@ -414,6 +416,125 @@ constexpr std::array<AxpyFn<TK>, sizeof...(I)> AxpyTable(std::integer_sequence<i
   return {&AxpySpan<TK, I + 1>...};
 }
 
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+// P·V of a bf16 model (bf16 q and cache) on CPUs with AVX512_BF16: the softmax weights are
+// rounded to bf16 (as the prefill's pair path and flash attention on GPUs do; the row sums stay
+// f32) and two value rows are multiplied at once by vdpbf16ps, over pairs of keys. Against the
+// widened path (16 bf16 -> f32 conversions and 32 FMAs per key at G = 4, D = 128) this takes 8
+// vdpbf16ps and 4 interleaves per key per pass; the P·V update had been ~55% of GQA bf16
+// decode from cache.
+// Lanes: unpacklo/hi_epi16 of the two rows' 32 bf16 give the pairs of features 8L + {0..3} and
+// 8L + {4..7} of each 128-bit block L, so an accumulator pair (lo, hi) covers 32 features in
+// that order. PermuteIn / PermuteOut move 32 f32 outputs between it and the natural order.
+struct PvLanes {
+  __m512 lo, hi;
+};
+TBOOST_BF16_DOT_ATTR HWY_INLINE PvLanes PermuteIn(const float* HWY_RESTRICT o) {
+  const __m512 n0 = _mm512_loadu_ps(o), n1 = _mm512_loadu_ps(o + 16);
+  return {_mm512_shuffle_f32x4(n0, n1, 0x88), _mm512_shuffle_f32x4(n0, n1, 0xDD)};
+}
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PermuteOut(const PvLanes& a, float* HWY_RESTRICT o) {
+  const __m512 t0 = _mm512_shuffle_f32x4(a.lo, a.hi, 0x44),
+               t1 = _mm512_shuffle_f32x4(a.lo, a.hi, 0xEE);
+  _mm512_storeu_ps(o, _mm512_shuffle_f32x4(t0, t0, 0xD8));
+  _mm512_storeu_ps(o + 16, _mm512_shuffle_f32x4(t1, t1, 0xD8));
+}
+
+// os[g·ostride + x] += sum over the pairs q < npairs of value rows 2q, 2q + 1 (row_bytes apart)
+// weighted by the bf16 pair at pb[g·ldp + 2q], for the G query rows and the XB·32 features at
+// x0 (every XB-chunk of X = Dv / 32). Outputs of GB rows x XB chunks (16 registers) stay in
+// registers while the pairs stream by; each pair's two rows are read front to back, one after
+// the other; further passes read the pairs from L1.
+template <int G, int XB>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64_t row_bytes,
+                                             int64_t npairs, int64_t X,
+                                             const uint16_t* HWY_RESTRICT pb, int64_t ldp,
+                                             float* HWY_RESTRICT os, int64_t ostride) {
+  constexpr int GB = std::max(1, std::min(G, 8 / XB));
+  for (int g0 = 0; g0 < G; g0 += GB) {
+    const int gn = std::min(GB, G - g0);
+    for (int64_t x0 = 0; x0 < X; x0 += XB) {
+      PvLanes acc[GB][XB];
+#pragma GCC unroll 16
+      for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 16
+        for (int xb = 0; xb < XB; ++xb)
+          acc[g][xb] = g < gn ? PermuteIn(os + (g0 + g) * ostride + (x0 + xb) * 32)
+                              : PvLanes{_mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int64_t q = 0; q < npairs; ++q) {
+        const char* r0 = row + 2 * q * row_bytes;
+        const char* r1 = r0 + row_bytes;
+        __m512i a[XB], b[XB];
+#pragma GCC unroll 16
+        for (int xb = 0; xb < XB; ++xb) a[xb] = _mm512_loadu_si512(r0 + (x0 + xb) * 64);
+#pragma GCC unroll 16
+        for (int xb = 0; xb < XB; ++xb) b[xb] = _mm512_loadu_si512(r1 + (x0 + xb) * 64);
+        __m512i pp[GB];
+#pragma GCC unroll 16
+        for (int g = 0; g < GB; ++g) {
+          uint32_t pair = 0;
+          if (g < gn) std::memcpy(&pair, pb + (g0 + g) * ldp + 2 * q, sizeof pair);
+          pp[g] = _mm512_set1_epi32(static_cast<int>(pair));
+        }
+#pragma GCC unroll 16
+        for (int xb = 0; xb < XB; ++xb) {
+          const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a[xb], b[xb]);
+          const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(a[xb], b[xb]);
+#pragma GCC unroll 16
+          for (int g = 0; g < GB; ++g) {
+            acc[g][xb].lo = _mm512_dpbf16_ps(acc[g][xb].lo, (__m512bh)pp[g], lo);
+            acc[g][xb].hi = _mm512_dpbf16_ps(acc[g][xb].hi, (__m512bh)pp[g], hi);
+          }
+        }
+      }
+      for (int g = 0; g < gn; ++g)
+#pragma GCC unroll 16
+        for (int xb = 0; xb < XB; ++xb)
+          PermuteOut(acc[g][xb], os + (g0 + g) * ostride + (x0 + xb) * 32);
+    }
+  }
+}
+
+// The value rows of a span (n rows, Dv a multiple of 32) in blocks of kPvPairs pairs; an odd
+// last row takes the widened path with its f32 weight (ps). No software prefetch: every row is
+// read front to back (see kSeqMaxG).
+constexpr int64_t kPvPairs = 8;
+template <int G>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t row_bytes, int64_t n,
+                                                      int64_t Dv, const uint16_t* pb,
+                                                      const float* ps, int64_t ldp, float* os,
+                                                      int64_t ostride) {
+  const int64_t X = Dv / 32;
+  const int XB = X % 8 == 0 ? 8 : X % 4 == 0 ? 4 : X % 2 == 0 ? 2 : 1;
+  for (int64_t t = 0; t + 1 < n; t += 2 * kPvPairs) {
+    const int64_t np = std::min(kPvPairs, (n - t) / 2);
+    const char* r = row + t * row_bytes;
+    switch (XB) {
+      case 8:
+        PvPairs<G, 8>(r, row_bytes, np, X, pb + t, ldp, os, ostride);
+        break;
+      case 4:
+        PvPairs<G, 4>(r, row_bytes, np, X, pb + t, ldp, os, ostride);
+        break;
+      case 2:
+        PvPairs<G, 2>(r, row_bytes, np, X, pb + t, ldp, os, ostride);
+        break;
+      default:
+        PvPairs<G, 1>(r, row_bytes, np, X, pb + t, ldp, os, ostride);
+    }
+  }
+  if (n % 2)
+    AxpyKeys<bf16_t, 1, G>(row + (n - 1) * row_bytes, row_bytes, Dv, ps + n - 1, ldp, os, ostride);
+}
+
+using AxpyBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint16_t*, const float*,
+                              int64_t, float*, int64_t);
+template <int... I>
+constexpr std::array<AxpyBf16DpFn, sizeof...(I)> AxpyBf16DpTable(std::integer_sequence<int, I...>) {
+  return {&AxpySpanBf16Dp<I + 1>...};
+}
+#endif
+
 template <class TK>
 using DotFn = void (*)(const char*, int64_t, int64_t, int64_t, int64_t, const float*, float*,
                        int64_t);
@@ -445,10 +566,13 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   // bf16 q against a bf16 cache: q as given, in pairs, for vdpbf16ps (DotKeysBf16Dp).
   static constexpr auto dp_dots = DotBf16DpTable(std::make_integer_sequence<int, kMaxDecodeRows>());
+  static constexpr auto dp_axpys =
+      AxpyBf16DpTable(std::make_integer_sequence<int, kMaxDecodeRows>());
   const bool dp = std::is_same_v<TK, bf16_t> && qdtype == DType::kBF16 && D % 32 == 0 &&
                   cpu_features().avx512_bf16;
+  const bool dp_pv = dp && Dv % 32 == 0;
 #else
-  const bool dp = false;
+  const bool dp = false, dp_pv = false;
 #endif
   // The pairs take the space of the f32 rows: G rows of D / 2 u32, Dp / 2 apart.
   uint32_t* q2 = reinterpret_cast<uint32_t*>(sc.qs);
@@ -529,7 +653,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
           hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
       }
     }
+    if (dp_pv)  // the weights as bf16, rounded to nearest even
+      for (int64_t g = 0; g < G; ++g)
+        convert(sc.pb + g * kDecodeSub, DType::kBF16, sc.s + g * kDecodeSub, DType::kF32, ns);
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+      if (dp_pv)
+        return dp_axpys[static_cast<size_t>(G - 1)](row, vr.row_bytes, n, Dv, sc.pb + (j - s0),
+                                                    sc.s + (j - s0), kDecodeSub, part + 2, P);
+#endif
       axpys[static_cast<size_t>(G - 1)](row, vr.row_bytes, n, Dv, sc.s + (j - s0), kDecodeSub,
                                         part + 2, P);
     });
@@ -586,6 +718,8 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     sc.s = reinterpret_cast<float*>(p);
     p += Align64(static_cast<size_t>(kMaxDecodeRows * kDecodeSub) * sizeof(float));
     sc.row = reinterpret_cast<float*>(p);
+    p += Align64(static_cast<size_t>(std::max(D, Dv)) * sizeof(float));
+    sc.pb = reinterpret_cast<uint16_t*>(p);
     if (G == 0) return;
     const KvRows kr = KvOf(a, false, b, kvh), vr = KvOf(a, true, b, kvh);
     switch (a.kv_dtype) {
