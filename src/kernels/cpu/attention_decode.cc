@@ -40,9 +40,10 @@ struct DecodeScratch {
 // RESULTS.md, "memory access order" and "decode prefetch"):
 // - Rows read one after the other, each front to back (the "sequential" loops below), form one
 //   stream that the hardware prefetchers follow. These loops issue no software prefetch: on
-//   Zen 4 the MHA decode read at 0.93-1.0 of a plain read without it, 0.67-0.88 with it. A
-//   software prefetch takes one of the core's few L1 miss slots for each line, which the
-//   hardware stream prefetcher does not need.
+//   Zen 4 the MHA decode read at 0.93-0.97 of a plain read without it and 0.84-0.92 with it
+//   (0.78 and 0.67-0.68 in the host's faster memory mode). A software prefetch takes one of
+//   the core's few L1 miss slots for each line, which the hardware stream prefetcher does not
+//   need.
 // - Sweeps across several rows at once (each row's vector x, then x + N, ...) lose the hardware
 //   prefetchers; they request the row kPrefetchBytes ahead of the one being read (without it
 //   they read at about half the speed). Prefetching past a span's end is harmless (no fault).
@@ -57,10 +58,10 @@ HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
 }
 
 // The loops over a compile-time count of register accumulators (query rows x keys) carry
-// `#pragma GCC unroll`: without it GCC -O3 kept the dot's 16 accumulators in a stack array and
-// ran the query-row loop outside the vector loop (seen in perf annotate), and the P·V update
-// with a run-time row count ran its rows one at a time, each two chains of dependent FMAs.
-// Together they cost GQA decode from cache ~20-30% (bench/RESULTS.md, "decode prefetch").
+// `#pragma GCC unroll`: without it GCC -O3 kept the sequential dot's 16 accumulators for 4 query
+// rows in a stack array (objdump: 16 zmm spills in DotSpan<float, 4>, none with the pragmas).
+// The P·V update takes its row count as a template parameter for the same reason: with a
+// run-time count it ran its rows one at a time, each two chains of dependent FMAs.
 
 // On AVX-512 (32 registers) G·KK = 16 accumulators for G = 1, 2, 4, 8, reduced together by
 // Reduce16 below: one shuffle tree for 16 scores (~3 instructions each) instead of a
