@@ -496,10 +496,9 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
   }
 }
 
-// The value rows of a span (n rows, Dv a multiple of 32) in blocks of kPvPairs pairs; an odd
+// The value rows of a span (n rows, Dv a multiple of 32) in blocks of pairs; an odd
 // last row takes the widened path with its f32 weight (ps). No software prefetch: every row is
 // read front to back (see kSeqMaxG).
-constexpr int64_t kPvPairs = 8;
 template <int G>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t row_bytes, int64_t n,
                                                       int64_t Dv, const uint16_t* pb,
@@ -507,8 +506,11 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t r
                                                       int64_t ostride) {
   const int64_t X = Dv / 32;
   const int XB = X % 8 == 0 ? 8 : X % 4 == 0 ? 4 : X % 2 == 0 ? 2 : 1;
-  for (int64_t t = 0; t + 1 < n; t += 2 * kPvPairs) {
-    const int64_t np = std::min(kPvPairs, (n - t) / 2);
+  // Pairs per block: the block's rows (16 KiB) stay in L1 for the later passes; more pairs per
+  // block spread the permutes of the outputs over more keys.
+  const int64_t block = std::clamp<int64_t>((16 << 10) / (4 * Dv), 8, 32);
+  for (int64_t t = 0; t + 1 < n; t += 2 * block) {
+    const int64_t np = std::min(block, (n - t) / 2);
     const char* r = row + t * row_bytes;
     switch (XB) {
       case 8:
