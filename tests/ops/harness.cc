@@ -40,8 +40,8 @@ struct ForcedTarget {
 }  // namespace
 
 bool streamed_outputs_possible() {
-  const char* t = std::getenv("TBOOST_TEST_HWY_TARGET");
-  return !(t && std::string(t) == "emu128");
+  // Read from what the dispatcher may pick (after ForcedTarget), not from the variable again.
+  return (hwy::SupportedTargets() & ~(HWY_SCALAR | HWY_EMU128)) != 0;
 }
 
 Rng::Rng() {

@@ -110,10 +110,10 @@ struct BadSpec {
 void run_case(const CaseSpec& spec);
 void run_bad_case(const BadSpec& spec);
 
-// False when the suite is forced onto Highway's portable target (TBOOST_TEST_HWY_TARGET=emu128):
-// its kernels have no non-temporal stores, so the 16 MiB+ cases that exist to reach the
-// streamed-output path would repeat the small cases there (at a one-lane speed, slowest of
-// all under the sanitizers).
+// False when only Highway's portable targets are left to dispatch to (the suite forced with
+// TBOOST_TEST_HWY_TARGET=emu128): their kernels have no non-temporal stores, so the 16 MiB+ cases
+// that exist to reach the streamed-output path would repeat the small cases there (at a one-lane
+// speed, slowest of all under the sanitizers).
 bool streamed_outputs_possible();
 
 // gtest-safe name: letters, digits and '_' only.

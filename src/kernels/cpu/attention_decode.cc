@@ -373,10 +373,10 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
   }
 }
 
-constexpr bool AxpySequential(int G) { return G <= kSeqMaxG; }
+// Whether AxpyKeys reads the value rows front to back (AxpyKeysSeq) for G query rows.
 HWY_INLINE bool AxpySequential(int G, int64_t Dv) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  return AxpySequential(G) && (Dv == 8 * N || Dv == 4 * N);
+  return G <= kSeqMaxG && (Dv == 8 * N || Dv == 4 * N);
 }
 
 template <class TK, int KK, int G>
@@ -386,7 +386,7 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
   // Row by row up to kSeqMaxG query rows (in passes of AxpyKeysSeq's GB rows, the later passes
   // from L1); more query rows per key are bound by their FMAs, and the sweep reads each row once.
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  if constexpr (AxpySequential(G)) {
+  if constexpr (G <= kSeqMaxG) {  // AxpySequential(G, Dv) says the same
     if (Dv == 8 * N) return AxpyKeysSeq<TK, 8, G>(row, row_bytes, KK, p, pstride, os, ostride);
     if (Dv == 4 * N) return AxpyKeysSeq<TK, 4, G>(row, row_bytes, KK, p, pstride, os, ostride);
   }
