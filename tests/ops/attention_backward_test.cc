@@ -239,6 +239,8 @@ std::vector<AbCase> ab_cases() {
     v.push_back({"varlen_causal_gqa_" + t, dt, 3, 140, 160, 4, 1, 32, 32, true, -1, -1, false,
                  false, true});
   }
+  v.push_back({"gqa_d128_bf16", DType::kBF16, 1, 130, 130, 4, 2, 128, 128, true});
+  v.push_back({"odd_head_dim_bf16", DType::kBF16, 2, 70, 70, 2, 1, 15, 17, true});
   v.push_back({"varlen_noncausal_f32", DType::kF32, 3, 50, 90, 2, 2, 16, 16, false, -1, -1, false,
                false, true});
   return v;
@@ -246,6 +248,21 @@ std::vector<AbCase> ab_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionBackwardKernel, ::testing::ValuesIn(ab_cases()),
                          [](const auto& info) { return test_name(info.param.name); });
+
+// The bf16 pair path (vdpbf16ps where the CPU has AVX512_BF16, else its exact emulation,
+// forced here) on every bf16 case; without the instruction the cases above run the f32 path.
+TEST(AttentionBackwardKernel, Bf16PairPathMatchesReferenceAndIsThreadIndependent) {
+  setenv("TBOOST_ATTN_BF16_PAIRS", "1", 1);
+  int ran = 0;
+  for (const AbCase& c : ab_cases()) {
+    if (c.dt != DType::kBF16) continue;
+    SCOPED_TRACE(c.name);
+    run_case<bf16_t>(c);
+    ++ran;
+  }
+  unsetenv("TBOOST_ATTN_BF16_PAIRS");
+  EXPECT_GT(ran, 6);
+}
 
 TEST(AttentionBackwardKernel, RejectsBadShapes) {
   std::vector<float> x(64);

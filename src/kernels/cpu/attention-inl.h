@@ -63,6 +63,37 @@ HWY_INLINE VF Exp2(DF d, VF x) {
   const VF y = hn::Mul(ExpPoly<5, false, true>(d, f), Pow2FromShifted(d, t));
   return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -126.0f)), y);
 }
+// ---- bf16 pairs ---------------------------------------------------------------------------
+// Two bf16 values in one u32 lane (the even element in the low half), dotted by vdpbf16ps
+// (AVX512_BF16) or by its emulation (prefill, attention.cc; backward, attention_backward.cc).
+using DU = hn::RebindToUnsigned<DF>;
+using VU = hn::Vec<DU>;
+
+#undef TBOOST_ATTN_BF16_NATIVE  // this file is compiled once per target
+#undef TBOOST_PAIR_ATTR
+#define TBOOST_ATTN_BF16_NATIVE TBOOST_HAS_BF16_DOT
+#define TBOOST_PAIR_ATTR TBOOST_BF16_DOT_ATTR
+
+// acc + a.hi·b.hi + a.lo·b.lo per lane, in vdpbf16ps's order (products of bf16 values are
+// exact in f32; the instruction also flushes denormals, which our kernels do via FTZ/DAZ).
+struct PairDotEmu {
+  static TBOOST_PAIR_ATTR HWY_INLINE VF Apply(VF acc, VU a, VU b) {
+    const DF d;
+    const DU du;
+    const VU hi = hn::Set(du, 0xFFFF0000u);
+    const VF alo = hn::BitCast(d, hn::ShiftLeft<16>(a)), blo = hn::BitCast(d, hn::ShiftLeft<16>(b));
+    const VF ahi = hn::BitCast(d, hn::And(a, hi)), bhi = hn::BitCast(d, hn::And(b, hi));
+    return hn::MulAdd(alo, blo, hn::MulAdd(ahi, bhi, acc));
+  }
+};
+#if TBOOST_ATTN_BF16_NATIVE
+struct PairDotNative {
+  static TBOOST_PAIR_ATTR HWY_INLINE VF Apply(VF acc, VU a, VU b) {
+    return VF{_mm512_dpbf16_ps(acc.raw, (__m512bh)a.raw, (__m512bh)b.raw)};
+  }
+};
+#endif
+
 // ---- addressing -----------------------------------------------------------------------------
 
 // The keys (or values) of one (sequence, kv head): row j at base + j*row (non-paged) or in

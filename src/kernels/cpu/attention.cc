@@ -174,33 +174,7 @@ inline void PvBlock(const float* Pt, const float* V, int64_t ldv, int64_t nk, in
 // interleaved two rows at a time into V2 once per block). Elsewhere the same layouts run on
 // an emulation of it (two FMAs on the halves, in the instruction's order), which tests force so the
 // path is checked on any CPU.
-using DU = hn::RebindToUnsigned<DF>;
-using VU = hn::Vec<DU>;
-
-#undef TBOOST_ATTN_BF16_NATIVE  // this file is compiled once per target
-#undef TBOOST_PAIR_ATTR
-#define TBOOST_ATTN_BF16_NATIVE TBOOST_HAS_BF16_DOT
-#define TBOOST_PAIR_ATTR TBOOST_BF16_DOT_ATTR
-
-// acc + a.hi·b.hi + a.lo·b.lo per lane, in vdpbf16ps's order (products of bf16 values are
-// exact in f32; the instruction also flushes denormals, which our kernels do via FTZ/DAZ).
-struct PairDotEmu {
-  static TBOOST_PAIR_ATTR HWY_INLINE VF Apply(VF acc, VU a, VU b) {
-    const DF d;
-    const DU du;
-    const VU hi = hn::Set(du, 0xFFFF0000u);
-    const VF alo = hn::BitCast(d, hn::ShiftLeft<16>(a)), blo = hn::BitCast(d, hn::ShiftLeft<16>(b));
-    const VF ahi = hn::BitCast(d, hn::And(a, hi)), bhi = hn::BitCast(d, hn::And(b, hi));
-    return hn::MulAdd(alo, blo, hn::MulAdd(ahi, bhi, acc));
-  }
-};
-#if TBOOST_ATTN_BF16_NATIVE
-struct PairDotNative {
-  static TBOOST_PAIR_ATTR HWY_INLINE VF Apply(VF acc, VU a, VU b) {
-    return VF{_mm512_dpbf16_ps(acc.raw, (__m512bh)a.raw, (__m512bh)b.raw)};
-  }
-};
-#endif
+// DU, VU, PairDotEmu and PairDotNative: attention-inl.h.
 
 // St[r][q] = scale · sum_p K32[r·ldk + p] · Qt2[p][q] for R keys (rows of u32 pairs).
 template <int R, class Dot>

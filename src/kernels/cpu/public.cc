@@ -1,6 +1,7 @@
 // The public free-function kernels (include/tboost/kernels/cpu.h): thin wrappers that fill
 // the internal argument structs for contiguous data.
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "src/kernels/cpu/kernels.h"
@@ -239,6 +240,9 @@ AttentionArgs attn_args(DType dt, const void* o, const float* lse, const void* q
   a.causal = opt.causal, a.window_left = opt.window_left, a.window_right = opt.window_right;
   a.alibi = opt.alibi_slopes, a.mask = opt.mask, a.mask_sb = sq * sk, a.mask_si = sk;
   a.threads = threads_or_all(threads);
+  // As the SelfAttention op: the bf16 pair path's emulation, forced (tests) where the CPU has
+  // no vdpbf16ps.
+  a.force_bf16_pairs = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;
   return a;
 }
 
