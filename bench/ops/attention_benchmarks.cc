@@ -1,5 +1,5 @@
 // Attention benchmarks: flash prefill against standard (unfused) attention, bf16 against f32,
-// and decode against the measured DRAM read bandwidth.
+// decode against the measured DRAM read bandwidth, and the backward in bf16 against f32.
 //
 // Unfused twin ("standard attention", what a framework without a fused kernel runs): oneDNN
 // batched matmul S = Q·Kᵀ over all heads, one fused scale + causal mask + softmax pass over S
@@ -302,11 +302,84 @@ void decode_cases(Runner& R) {
   }
 }
 
+// Backward (training): bf16 against f32 on the same data, the trainer's layout (q, k, v packed
+// in one (B, T, (H + 2·Hkv)·D) tensor). GFLOP/s count the 4 products of the unmasked work
+// (dV, dK, dQ and dP; S is recomputed on top: the count is the trainer's floor).
+void backward_cases(Runner& R) {
+  struct Shp {
+    int64_t B, T, H, Hkv, D;
+  };
+  std::vector<Shp> shapes = {{4, 256, 12, 12, 64}, {1, 2048, 32, 8, 128}};
+  if (R.opt.quick) shapes.resize(1);
+  const int threads = R.ctx.num_threads();
+  for (const Shp& sh : shapes) {
+    const std::string tag =
+        shape_tag({{"B", sh.B}, {"T", sh.T}, {"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D}});
+    const std::string name = "attention_backward_causal_bf16_vs_f32" + tag;
+    if (!R.want(name)) continue;
+    const int64_t QW = (sh.H + 2 * sh.Hkv) * sh.D, M = sh.B * sh.T;
+    struct Side {
+      Tensor qkv, o, dout, dqkv, lse;
+      std::vector<char> ws;
+      kernels::AttentionBackwardArgs b;
+    };
+    auto make = [&](DType dt) {
+      Side s;
+      const int64_t e = static_cast<int64_t>(dtype_size(dt));
+      s.qkv = filled(dt, {M, QW}, 1);
+      s.o = Tensor::empty(dt, {M, sh.H * sh.D});
+      s.dout = filled(dt, {M, sh.H * sh.D}, 2);
+      s.dqkv = Tensor::empty(dt, {M, QW});
+      s.lse = Tensor::empty(DType::kF32, {M * sh.H});
+      kernels::AttentionArgs& a = s.b.f;
+      char* qkv = static_cast<char*>(s.qkv.data());
+      a.q = qkv, a.k = qkv + sh.H * sh.D * e, a.v = qkv + (sh.H + sh.Hkv) * sh.D * e;
+      a.q_ss = a.k_ss = a.v_ss = QW, a.q_sh = a.k_sh = a.v_sh = sh.D;
+      a.q_sb = a.k_sb = a.v_sb = sh.T * QW;
+      a.o = s.o.data(), a.o_ss = sh.H * sh.D, a.o_sh = sh.D, a.o_sb = sh.T * sh.H * sh.D;
+      a.lse = s.lse.data_as<float>(), a.lse_ss = 1, a.lse_sh = sh.T, a.lse_sb = sh.H * sh.T;
+      a.dtype = a.kv_dtype = dt, a.batch = sh.B, a.heads = sh.H, a.kv_heads = sh.Hkv;
+      a.head_dim = a.v_head_dim = sh.D, a.sq = a.sk = sh.T;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(sh.D)), a.causal = true, a.threads = threads;
+      kernels::AttentionBackwardArgs& b = s.b;
+      char* d = static_cast<char*>(s.dqkv.data());
+      b.dout = s.dout.data(), b.do_sb = a.o_sb, b.do_sh = a.o_sh, b.do_ss = a.o_ss;
+      b.dq = d, b.dq_sb = a.q_sb, b.dq_sh = a.q_sh, b.dq_ss = a.q_ss;
+      b.dk = d + sh.H * sh.D * e, b.dk_sb = a.k_sb, b.dk_sh = a.k_sh, b.dk_ss = a.k_ss;
+      b.dv = d + (sh.H + sh.Hkv) * sh.D * e, b.dv_sb = a.v_sb, b.dv_sh = a.v_sh, b.dv_ss = a.v_ss;
+      s.ws.resize(
+          std::max(kernels::attention_workspace(a), kernels::attention_backward_workspace(b)) + 64);
+      kernels::attention_forward(a, s.ws.data());
+      return s;
+    };
+    Side f32 = make(DType::kF32), b16 = make(DType::kBF16);
+    const auto [tb, tf] =
+        time_pair([&] { kernels::attention_backward(b16.b, b16.ws.data()); },
+                  [&] { kernels::attention_backward(f32.b, f32.ws.data()); }, R.budget(), 10);
+    const double pairs = static_cast<double>(sh.T) * static_cast<double>(sh.T + 1) / 2.0;
+    const double flops = 8.0 * static_cast<double>(sh.D) * pairs * static_cast<double>(sh.H) *
+                         static_cast<double>(sh.B);
+    const double bytes = 2.0 * static_cast<double>(M) * (2.0 * QW + 2.0 * sh.H * sh.D);
+    Result r = attention_row(R, name, DType::kBF16, tb, flops, bytes,
+                             static_cast<double>(kernels::attention_backward_workspace(b16.b)));
+    r.baseline = "f32";
+    r.speedup_vs_baseline = tf.median / tb.median;
+    r.bytes_ratio_vs_baseline = 0.5;
+    char note[200];
+    std::snprintf(note, sizeof note, "f32 %.2f ms (%.0f GFLOP/s); %s", tf.median * 1e3,
+                  flops / tf.median / 1e9,
+                  cpu_features().avx512_bf16 ? "bf16 pair path (vdpbf16ps)"
+                                             : "no bf16 dot instruction: bf16 widened to f32");
+    r.note = note;
+    R.emit(r);
+  }
+}
 }  // namespace
 
 void attention_benchmarks(Runner& R) {
   prefill_cases(R);
   decode_cases(R);
+  backward_cases(R);
 }
 
 }  // namespace tboost::bench
