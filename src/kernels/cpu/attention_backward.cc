@@ -445,10 +445,15 @@ size_t PerThreadPair(const AttentionArgs& f) {
   CarvePair(nullptr, PairDims(f), &bytes);
   return bytes + 64;
 }
-bool UsePairs(const AttentionArgs& f) {
+// The pair path: bf16 everywhere, even head dims, and rows close enough that the gathers' 32-bit
+// byte offsets reach a whole tile.
+bool UsePairs(const AttentionBackwardArgs& a) {
+  const AttentionArgs& f = a.f;
   const bool native = TBOOST_ATTN_BF16_NATIVE && cpu_features().avx512_bf16;
+  const int64_t widest = std::max({f.q_ss, f.k_ss, f.v_ss, a.do_ss});
   return f.dtype == DType::kBF16 && f.kv_dtype == DType::kBF16 && f.head_dim % 2 == 0 &&
-         f.v_head_dim % 2 == 0 && (native || f.force_bf16_pairs);
+         f.v_head_dim % 2 == 0 && widest * 2 * std::max(kPq, kPk) < (int64_t{1} << 31) &&
+         (native || f.force_bf16_pairs);
 }
 
 // Per-query statistics of head h: lse in log2 units and delta = dO·O (f32 sums of bf16 rows).
@@ -580,7 +585,7 @@ void PairTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* hs,
 }  // namespace
 
 size_t AttentionBackwardWorkspace(const AttentionBackwardArgs& a) {
-  const size_t per = UsePairs(a.f) ? PerThreadPair(a.f) : PerThreadBwd(a.f);
+  const size_t per = UsePairs(a) ? PerThreadPair(a.f) : PerThreadBwd(a.f);
   return static_cast<size_t>(std::max(1, a.f.threads)) * per + 64;
 }
 
@@ -620,7 +625,7 @@ void AttentionBackward(const AttentionBackwardArgs& a, void* workspace) {
     return h;
   };
 
-  if (UsePairs(f)) {
+  if (UsePairs(a)) {
     const PairDims z(f);
     const size_t pper = PerThreadPair(f);
     const bool native = TBOOST_ATTN_BF16_NATIVE && cpu_features().avx512_bf16;
