@@ -282,17 +282,6 @@ int run_train_bench(const TrainBenchArgs& a) {
   std::vector<int32_t> labels(static_cast<size_t>(M));
   for (int64_t i = 0; i < M; ++i)
     labels[static_cast<size_t>(i)] = (i + 1) % T == 0 ? -100 : ids[static_cast<size_t>(i + 1)];
-  tr->step(ids.data(), labels.data(), B, T);  // warm-up: arena, primitives
-  std::vector<double> times;
-  double loss = 0;
-  for (int r = 0; r < a.reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    loss = tr->step(ids.data(), labels.data(), B, T).loss;
-    times.push_back(seconds_since(t0));
-  }
-  std::sort(times.begin(), times.end());
-  const size_t h = times.size() / 2;  // median (the mean of the middle two for an even count)
-  const double step = times.size() % 2 ? times[h] : 0.5 * (times[h - 1] + times[h]);
   // Matmul FLOPs of the step: 6 per weight per token (forward 2, backward 4) over every
   // projection and the lm head, plus causal attention's QKᵀ and PV (forward 2, backward 4
   // products of T²/2 · D each, per head and layer and sequence).
@@ -305,34 +294,49 @@ int run_train_bench(const TrainBenchArgs& a) {
   const double attn = 6.0 * static_cast<double>(B) * static_cast<double>(c.layers * H) *
                       static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(D);
   const double flops = 6.0 * linear_w * static_cast<double>(M) + attn;
-  // oneDNN's rate on this step's most common product, measured now: (M, C) x (C, F), in the
-  // step's compute dtype where oneDNN has a matmul for it (bf16 on AVX-512 BF16), else in f32
-  // (what bf16 runs through there: its widening is then counted against the step, not the floor).
+  // oneDNN's rate on this step's most common product, (M, C) x (C, F), in the step's compute
+  // dtype where oneDNN has a matmul for it (bf16 on AVX-512 BF16), else in f32 (what bf16 runs
+  // through there: its widening is then counted against the step, not the floor). Three calls
+  // are timed after each step and the median of all of them is the rate: sampled across the
+  // same minute as the steps, since the host's memory speed drifts within a run and moves both
+  // (5 calls after the last step had given rates 20% apart from one run to the next).
   const DType gemm_dt = kernels::gemm_has_native(o.compute) ? o.compute : DType::kF32;
-  double gflops = 0;
+  const size_t es = dtype_size(gemm_dt);
+  std::vector<char> gx(static_cast<size_t>(M * C) * es), gw(static_cast<size_t>(F * C) * es);
+  std::vector<float> gy(static_cast<size_t>(M * F));
   {
-    const size_t es = dtype_size(gemm_dt);
-    std::vector<char> x(static_cast<size_t>(M * C) * es), w(static_cast<size_t>(F * C) * es);
-    std::vector<float> y(static_cast<size_t>(M * F)), xf(static_cast<size_t>(M * C), 0.5f),
+    const std::vector<float> xf(static_cast<size_t>(M * C), 0.5f),
         wf(static_cast<size_t>(F * C), 0.25f);
-    convert(x.data(), gemm_dt, xf.data(), DType::kF32, M * C);
-    convert(w.data(), gemm_dt, wf.data(), DType::kF32, F * C);
-    kernels::GemmArgs g;
-    g.y = y.data(), g.ldy = F, g.a = x.data(), g.lda = C, g.b = w.data(), g.ldb = C;
-    g.a_dtype = g.b_dtype = gemm_dt;
-    g.trans_b = true, g.M = M, g.N = F, g.K = C, g.threads = threads;
-    kernels::gemm(g);
-    std::vector<double> tt;
-    for (int r = 0; r < 5; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      kernels::gemm(g);
-      tt.push_back(seconds_since(t0));
-    }
-    std::sort(tt.begin(), tt.end());
-    gflops = 2.0 * static_cast<double>(M) * static_cast<double>(F) * static_cast<double>(C) /
-             tt[2] / 1e9;
+    convert(gx.data(), gemm_dt, xf.data(), DType::kF32, M * C);
+    convert(gw.data(), gemm_dt, wf.data(), DType::kF32, F * C);
   }
+  kernels::GemmArgs g;
+  g.y = gy.data(), g.ldy = F, g.a = gx.data(), g.lda = C, g.b = gw.data(), g.ldb = C;
+  g.a_dtype = g.b_dtype = gemm_dt;
+  g.trans_b = true, g.M = M, g.N = F, g.K = C, g.threads = threads;
+  tr->step(ids.data(), labels.data(), B, T);  // warm-up: arena, primitives
+  kernels::gemm(g);
+  std::vector<double> times, rates;
+  double loss = 0;
+  for (int r = 0; r < a.reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    loss = tr->step(ids.data(), labels.data(), B, T).loss;
+    times.push_back(seconds_since(t0));
+    for (int k = 0; k < 3; ++k) {
+      const auto t1 = std::chrono::steady_clock::now();
+      kernels::gemm(g);
+      rates.push_back(2.0 * static_cast<double>(M) * static_cast<double>(F) *
+                      static_cast<double>(C) / seconds_since(t1) / 1e9);
+    }
+  }
+  auto median = [](std::vector<double> v) {  // the mean of the middle two for an even count
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+  };
+  const double step = median(times), gflops = median(rates);
   const double floor_s = flops / (gflops * 1e9);
+  const double fraction = floor_s / step;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;
@@ -347,7 +351,8 @@ int run_train_bench(const TrainBenchArgs& a) {
   j["activation_peak_bytes"] = tr->activation_bytes();
   j["state_bytes"] = tr->state_bytes();
   j["matmul_flops"] = flops, j["gemm_gflops"] = gflops, j["gemm_dtype"] = dtype_name(gemm_dt);
-  j["gemm_floor_seconds"] = floor_s, j["gemm_floor_fraction"] = floor_s / step;
+  j["gemm_floor_seconds"] = floor_s, j["gemm_floor_fraction"] = fraction;
+  j["gemm_gflops_all"] = rates;
   j["loss"] = loss, j["params"] = tr->num_parameters();
   if (a.json) {
     std::cout << j.dump() << "\n";
@@ -356,8 +361,10 @@ int run_train_bench(const TrainBenchArgs& a) {
                 j["model"].get<std::string>().c_str(), a.dtype.c_str(), static_cast<long long>(B),
                 static_cast<long long>(T), static_cast<long long>(j["micro_batch"].get<int64_t>()),
                 a.checkpointing ? ", checkpointing" : "", threads);
-    std::printf("  step %.3f s  %.0f tokens/s  matmul floor %.3f s (%.0f GFLOP/s): %.2f\n", step,
-                static_cast<double>(M) / step, floor_s, gflops, floor_s / step);
+    std::printf(
+        "  step %.3f s  %.0f tokens/s  matmul floor %.3f s (%.0f GFLOP/s): %.2f (median of each "
+        "step's own)\n",
+        step, static_cast<double>(M) / step, floor_s, gflops, fraction);
     std::printf("  peak RSS %.0f MiB, activations %.0f MiB, parameter state %.0f MiB\n",
                 peak / 1048576.0, static_cast<double>(tr->activation_bytes()) / 1048576.0,
                 static_cast<double>(tr->state_bytes()) / 1048576.0);
