@@ -361,10 +361,8 @@ int run_train_bench(const TrainBenchArgs& a) {
                 j["model"].get<std::string>().c_str(), a.dtype.c_str(), static_cast<long long>(B),
                 static_cast<long long>(T), static_cast<long long>(j["micro_batch"].get<int64_t>()),
                 a.checkpointing ? ", checkpointing" : "", threads);
-    std::printf(
-        "  step %.3f s  %.0f tokens/s  matmul floor %.3f s (%.0f GFLOP/s): %.2f (median of each "
-        "step's own)\n",
-        step, static_cast<double>(M) / step, floor_s, gflops, fraction);
+    std::printf("  step %.3f s  %.0f tokens/s  matmul floor %.3f s (%.0f GFLOP/s): %.2f\n", step,
+                static_cast<double>(M) / step, floor_s, gflops, fraction);
     std::printf("  peak RSS %.0f MiB, activations %.0f MiB, parameter state %.0f MiB\n",
                 peak / 1048576.0, static_cast<double>(tr->activation_bytes()) / 1048576.0,
                 static_cast<double>(tr->state_bytes()) / 1048576.0);
