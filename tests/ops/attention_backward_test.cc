@@ -249,8 +249,9 @@ std::vector<AbCase> ab_cases() {
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionBackwardKernel, ::testing::ValuesIn(ab_cases()),
                          [](const auto& info) { return test_name(info.param.name); });
 
-// The bf16 pair path (vdpbf16ps where the CPU has AVX512_BF16, else its exact emulation,
-// forced here) on every bf16 case; without the instruction the cases above run the f32 path.
+// The bf16 cases of the one-pass path (vdpbf16ps where the CPU has AVX512_BF16, else its exact
+// emulation, forced here); without the instruction the cases above run the two-pass path (bf16
+// widened to f32), and odd head dims always do. f32 cases take the one-pass path everywhere.
 TEST(AttentionBackwardKernel, Bf16PairPathMatchesReferenceAndIsThreadIndependent) {
   setenv("TBOOST_ATTN_BF16_PAIRS", "1", 1);
   int ran = 0;

@@ -17,8 +17,8 @@
 // The products are single-threaded oneDNN matmuls on the tiles (f32; bf16 rows are widened into
 // scratch): at Bq = Bk = 128 a product is ~2 MFLOP, so the call costs little next to it, and
 // oneDNN's AVX2/AVX-512 kernels are faster than a generic micro-kernel of ours would be.
-// That is the f32 path. bf16 on AVX512_BF16 takes the one-pass pair path ("bf16 pair path"
-// below): 5 products on vdpbf16ps, ~3x faster at training shapes.
+// That is the two-pass path. f32, and bf16 where pairs can be dotted, take the one-pass path
+// below: 5 products on our own kernels (vdpbf16ps for bf16), 1.5-3x faster at training shapes.
 // clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/attention_backward.cc"
@@ -29,6 +29,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -156,7 +157,7 @@ void ScoresToGrads(const Head& h, float* Pm, float* dSm, int64_t ld, int64_t wid
   }
 }
 
-// One tile pair of the f32 path: queries [i0, i0+nq) (their q, dO in s.q/s.dout with lds lq,
+// One tile pair of the two-pass path: queries [i0, i0+nq) (their q, dO in s.q/s.dout with lds lq,
 // ldo; lse2 and delta in s.lse2/s.delta) against keys [j0, j0+nk) (k, v at lk, lv). Leaves P
 // in s.s and dS (unscaled) in s.dp, both (nq x nk) with leading dimension kBk.
 void TilePair(const Head& h, const float* q, int64_t lq, const float* dout, int64_t ldo,
@@ -211,24 +212,31 @@ void StoreRows(char* base, int64_t row_bytes, DType t, float* src, int64_t n, in
   }
 }
 
-// ---- bf16 pair path ---------------------------------------------------------------------------
-// With bf16 q, k, v (and so dO), on AVX512_BF16, the five products run on bf16 pairs with
-// vdpbf16ps, straight from the bf16 rows, and the backward is one pass (FlashAttention-2's
-// order): one task per (sequence, kv head) visits its key blocks in order and, for each, every
-// query tile of every q head of the group:
-//   S  = Q·Kᵀ, dP = dO·Vᵀ              pairs over the head dim: Q, dO rows read in place, K, V
-//                                      blocks packed transposed (Kt, Vt: u32 pairs x keys)
-//   P, dS as in the f32 path, then rounded to bf16 (as flash attention does on GPUs)
-//   dVᵀ += dOᵀ·P, dKᵀ += Qᵀ·dS        pairs over queries: the tile's Qᵀ, dOᵀ (packed once per
-//                                      task), P and dS interleaved two query rows at a time
-//   dQ += dS·K                         pairs over keys: K interleaved two rows at a time (Kv)
+// ---- one-pass path ------------------------------------------------------------------------
+// f32 q, k, v, or bf16 ones where bf16 pairs can be dotted (vdpbf16ps on AVX512_BF16, or its
+// emulation when forced): the five products run on our register-blocked kernels straight from
+// the rows, and the backward is one pass (FlashAttention-2's order): one task per (sequence, kv
+// head) visits its key blocks in order and, for each, every query tile of every q head of the
+// group. A product's reduction runs over steps: one f32 value, or one bf16 pair (u32):
+//   S  = Q·Kᵀ, dP = dO·Vᵀ              steps over the head dim: Q, dO rows read in place, K, V
+//                                      blocks packed transposed (Kt, Vt: steps x keys)
+//   P, dS as in the two-pass path; bf16: then rounded to bf16, as flash attention does on GPUs
+//   dVᵀ += dOᵀ·P, dKᵀ += Qᵀ·dS        steps over queries: the tile's Qᵀ, dOᵀ (packed once per
+//                                      task); bf16: P and dS interleaved two query rows at a time
+//   dQ += dS·K                         steps over keys: K rows (bf16: interleaved in pairs)
 // dK, dV of a block are complete when its loop ends; dQ accumulates in f32 over the blocks,
 // in block order, in the task's own buffer (g·sq·D floats: the price of 5 products instead of
-// the f32 path's 7). One task owns every output it writes, so bits do not depend on the thread
-// count. The f32 path (and bf16 without the instruction) widens tiles for oneDNN; at training
-// shapes (T = 256, D = 64) it ran at ~36 GFLOP/s on Zen 4, 20% of it in the widening.
+// 7). One task owns every output it writes, so bits do not depend on the thread count. The
+// two-pass path remains for mixed dtypes, bf16 without pair dots and huge row strides. At
+// training shapes (T = 256, D = 64) it ran at ~36 GFLOP/s in bf16 on Zen 4 (20% of it widening
+// tiles for oneDNN) and ~47 in f32; this path at ~125 and ~85.
 constexpr int64_t kPq = 64, kPk = 64;  // queries per tile, keys per block (multiples of 2N)
-constexpr int kPr = 6, kPw = 4;        // micro-tile: rows x vectors (24 accumulators)
+// Micro-tile: rows x vectors. AVX-512: 24 accumulators of 32 registers; elsewhere 8 of 16.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kPr = 6, kPw = 4;
+#else
+constexpr int kPr = 4, kPw = 2;
+#endif
 
 // Pair p (elements 2p, 2p+1) of a bf16 row at any address.
 HWY_INLINE uint32_t Word(const uint16_t* row, int64_t p) {
@@ -237,53 +245,85 @@ HWY_INLINE uint32_t Word(const uint16_t* row, int64_t p) {
   return w;
 }
 
-// C (R x W vectors, ldc) = [C +] A · B: A's row r holds P pairs at A + r·lda (u16), B holds P
-// rows of W vectors of u32 pairs (ldb).
-template <int R, int W, class Dot>
-TBOOST_PAIR_ATTR HWY_NOINLINE void PairMM(const uint16_t* HWY_RESTRICT A, int64_t lda,
-                                          const uint32_t* HWY_RESTRICT B, int64_t ldb, int64_t P,
-                                          float* HWY_RESTRICT C, int64_t ldc, bool acc) {
-  const DF d;
-  const DU du;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF c[R][W];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int w = 0; w < W; ++w) c[r][w] = acc ? hn::LoadU(d, C + r * ldc + w * N) : hn::Zero(d);
-  for (int64_t p = 0; p < P; ++p) {
-    VU b[W];
-#pragma GCC unroll 4
-    for (int w = 0; w < W; ++w) b[w] = hn::LoadU(du, B + p * ldb + w * N);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const VU a = hn::Set(du, Word(A + r * lda, p));
-#pragma GCC unroll 4
-      for (int w = 0; w < W; ++w) c[r][w] = Dot::Apply(c[r][w], a, b[w]);
+// The two element types of the one-pass backward. A product's reduction runs over "steps": a
+// bf16 pair (Pairs) or one f32 value (F32). A holds rows of steps (broadcast one at a time), B
+// rows of vectors, one row per step.
+template <class Dot>
+struct Pairs {
+  using A = uint16_t;                 // a row of bf16 values, read as pairs
+  using B = uint32_t;                 // a vector of bf16 pairs
+  static constexpr int64_t kPer = 2;  // elements per step
+  static TBOOST_PAIR_ATTR HWY_INLINE VU Bcast(const A* row, int64_t p) {
+    return hn::Set(DU(), Word(row, p));
+  }
+  static TBOOST_PAIR_ATTR HWY_INLINE VU Load(const B* p) { return hn::LoadU(DU(), p); }
+  static TBOOST_PAIR_ATTR HWY_INLINE VF Madd(VF acc, VU a, VU b) { return Dot::Apply(acc, a, b); }
+};
+struct F32 {
+  using A = float;
+  using B = float;
+  static constexpr int64_t kPer = 1;
+  static HWY_INLINE VF Bcast(const A* row, int64_t p) { return hn::Set(DF(), row[p]); }
+  static HWY_INLINE VF Load(const B* p) { return hn::LoadU(DF(), p); }
+  static HWY_INLINE VF Madd(VF acc, VF a, VF b) { return hn::MulAdd(a, b, acc); }
+};
+// C (R x W vectors, ldc) = [C +] A · B: A's row r holds P steps at A + r·lda, B holds P rows of
+// W vectors (ldb). The body is spelled once and compiled twice: the pair kernels carry the
+// AVX512_BF16 attribute, which the f32 ones must not (a function with it cannot be inlined into
+// one without, nor the other way round).
+#define TBOOST_STEP_MM(NAME, ATTR)                                                               \
+  template <int R, int W, class E>                                                               \
+  ATTR HWY_NOINLINE void NAME(const typename E::A* HWY_RESTRICT A, int64_t lda,                  \
+                              const typename E::B* HWY_RESTRICT B, int64_t ldb, int64_t P,       \
+                              float* HWY_RESTRICT C, int64_t ldc, bool acc) {                    \
+    const DF d;                                                                                  \
+    const int64_t N = static_cast<int64_t>(hn::Lanes(d));                                        \
+    using VB = decltype(E::Load(B));                                                             \
+    VF c[R][W];                                                                                  \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                          \
+        _Pragma("GCC unroll 4") for (int w = 0; w < W; ++w) c[r][w] =                            \
+            acc ? hn::LoadU(d, C + r * ldc + w * N) : hn::Zero(d);                               \
+    for (int64_t p = 0; p < P; ++p) {                                                            \
+      VB b[W];                                                                                   \
+      _Pragma("GCC unroll 4") for (int w = 0; w < W; ++w) b[w] = E::Load(B + p * ldb + w * N);   \
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                      \
+        const VB a = E::Bcast(A + r * lda, p);                                                   \
+        _Pragma("GCC unroll 4") for (int w = 0; w < W; ++w) c[r][w] = E::Madd(c[r][w], a, b[w]); \
+      }                                                                                          \
+    }                                                                                            \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                          \
+        _Pragma("GCC unroll 4") for (int w = 0; w < W; ++w)                                      \
+            hn::StoreU(c[r][w], d, C + r * ldc + w * N);                                         \
+  }
+TBOOST_STEP_MM(StepMM, )
+TBOOST_STEP_MM(PairMM, TBOOST_PAIR_ATTR)
+#undef TBOOST_STEP_MM
+
+template <class E>
+struct StepMMs {
+  using AT = typename E::A;
+  using BT = typename E::B;
+  using Fn = void (*)(const AT*, int64_t, const BT*, int64_t, int64_t, float*, int64_t, bool);
+  template <int W, int R>
+  static constexpr Fn One() {
+    if constexpr (std::is_same_v<E, F32>) {
+      return &StepMM<R, W, E>;
+    } else {
+      return &PairMM<R, W, E>;
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int w = 0; w < W; ++w) hn::StoreU(c[r][w], d, C + r * ldc + w * N);
-}
-
-template <class Dot>
-struct PairMMs {
-  using Fn = void (*)(const uint16_t*, int64_t, const uint32_t*, int64_t, int64_t, float*, int64_t,
-                      bool);
   template <int W, int... R>
   static constexpr std::array<Fn, kPr> Row(std::integer_sequence<int, R...>) {
-    return {&PairMM<R + 1, W, Dot>...};
+    return {One<W, R + 1>()...};
   }
-  // C (rows x vecs vectors) = [C +] A (rows x P pairs) · B (P x vecs vectors).
-  static void Run(const uint16_t* A, int64_t lda, int64_t rows, const uint32_t* B, int64_t ldb,
-                  int64_t P, int64_t vecs, float* C, int64_t ldc, bool acc) {
-    static constexpr std::array<std::array<Fn, kPr>, kPw> t = {
-        Row<1>(std::make_integer_sequence<int, kPr>()),
-        Row<2>(std::make_integer_sequence<int, kPr>()),
-        Row<3>(std::make_integer_sequence<int, kPr>()),
-        Row<4>(std::make_integer_sequence<int, kPr>())};
+  template <int... W>
+  static constexpr std::array<std::array<Fn, kPr>, kPw> Table(std::integer_sequence<int, W...>) {
+    return {Row<W + 1>(std::make_integer_sequence<int, kPr>())...};
+  }
+  // C (rows x vecs vectors) = [C +] A (rows x P steps) · B (P x vecs vectors).
+  static void Run(const AT* A, int64_t lda, int64_t rows, const BT* B, int64_t ldb, int64_t P,
+                  int64_t vecs, float* C, int64_t ldc, bool acc) {
+    static constexpr auto t = Table(std::make_integer_sequence<int, kPw>());
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
     for (int64_t v = 0; v < vecs; v += kPw) {
       const auto& row = t[static_cast<size_t>(std::min<int64_t>(kPw, vecs - v) - 1)];
@@ -397,20 +437,24 @@ inline void PackT16(const uint16_t* base, int64_t ld, int64_t r0, int64_t n, int
 
 struct PairDims {
   int64_t g, sq, D, Dv, Dp, tiles;  // sq: the longest sequence's queries
+  size_t es;                        // bytes per element: 2 (bf16 pairs) or 4 (f32)
   explicit PairDims(const AttentionArgs& f)
       : g(Group(f)),
         sq(f.sq),
         D(f.head_dim),
         Dv(f.v_head_dim),
         Dp(RoundUp(f.head_dim, static_cast<int64_t>(hn::Lanes(DF())))),
-        tiles((f.sq + kPq - 1) / kPq) {}
+        tiles((f.sq + kPq - 1) / kPq),
+        es(dtype_size(f.dtype)) {}
 };
+// Packed operands are raw bytes: bf16 pairs (u32 words) or f32 values, per the path.
 struct PairScratch {
-  float *s, *dp, *dkt, *dvt, *row, *lse2, *delta, *dq;
-  uint32_t *kt, *vt, *kv, *pi, *dsi;
-  uint16_t *ds, *qt, *dot;
+  float *s, *dp, *dkt, *dvt, *lse2, *delta, *dq;
+  void *kt, *vt, *kv, *qt, *dot;
+  uint32_t *pi, *dsi;
+  uint16_t* ds;
 };
-// Per-thread: the tiles (~100 KiB at D = 64), then the task's per-query buffers.
+// Per-thread: the tiles (~100 KiB at D = 64 in bf16), then the task's per-query buffers.
 // With p null only the size is computed.
 PairScratch CarvePair(char* p, const PairDims& z, size_t* bytes = nullptr) {
   size_t off = 0;
@@ -424,19 +468,19 @@ PairScratch CarvePair(char* p, const PairDims& z, size_t* bytes = nullptr) {
   s.dp = reinterpret_cast<float*>(take(kPq * kPk, 4));
   s.dkt = reinterpret_cast<float*>(take(z.D * kPk, 4));
   s.dvt = reinterpret_cast<float*>(take(z.Dv * kPk, 4));
-  s.row = reinterpret_cast<float*>(take(std::max(z.Dp, z.Dv), 4));
-  s.kt = reinterpret_cast<uint32_t*>(take(z.D / 2 * kPk, 4));
-  s.vt = reinterpret_cast<uint32_t*>(take(z.Dv / 2 * kPk, 4));
-  s.kv = reinterpret_cast<uint32_t*>(take(kPk / 2 * z.Dp, 4));
-  s.pi = reinterpret_cast<uint32_t*>(take(kPq / 2 * kPk, 4));
-  s.dsi = reinterpret_cast<uint32_t*>(take(kPq / 2 * kPk, 4));
-  s.ds = reinterpret_cast<uint16_t*>(take(kPq * kPk, 2));
+  s.kt = take(z.D * kPk, z.es);
+  s.vt = take(z.Dv * kPk, z.es);
+  s.kv = take(kPk * z.Dp, z.es);
+  const bool pairs = z.es == 2;
+  s.pi = reinterpret_cast<uint32_t*>(take(pairs ? kPq / 2 * kPk : 0, 4));
+  s.dsi = reinterpret_cast<uint32_t*>(take(pairs ? kPq / 2 * kPk : 0, 4));
+  s.ds = reinterpret_cast<uint16_t*>(take(pairs ? kPq * kPk : 0, 2));
   const int64_t rows = z.g * z.tiles * kPq;
   s.lse2 = reinterpret_cast<float*>(take(rows, 4));
   s.delta = reinterpret_cast<float*>(take(rows, 4));
   s.dq = reinterpret_cast<float*>(take(rows * z.Dp, 4));
-  s.qt = reinterpret_cast<uint16_t*>(take(rows * z.D, 2));
-  s.dot = reinterpret_cast<uint16_t*>(take(rows * z.Dv, 2));
+  s.qt = take(rows * z.D, z.es);
+  s.dot = take(rows * z.Dv, z.es);
   if (bytes) *bytes = off;
   return s;
 }
@@ -445,26 +489,29 @@ size_t PerThreadPair(const AttentionArgs& f) {
   CarvePair(nullptr, PairDims(f), &bytes);
   return bytes + 64;
 }
-// The pair path: bf16 everywhere, even head dims, and rows close enough that the gathers' 32-bit
-// byte offsets reach a whole tile.
-bool UsePairs(const AttentionBackwardArgs& a) {
+// The one-pass path: f32 everywhere, or bf16 everywhere with even head dims where pairs can be
+// dotted (vdpbf16ps, or its emulation when forced); and rows close enough that the gathers'
+// 32-bit byte offsets reach a whole tile.
+bool UseOnePass(const AttentionBackwardArgs& a) {
   const AttentionArgs& f = a.f;
   const bool native = TBOOST_ATTN_BF16_NATIVE && cpu_features().avx512_bf16;
   const int64_t widest = std::max({f.q_ss, f.k_ss, f.v_ss, a.do_ss});
-  return f.dtype == DType::kBF16 && f.kv_dtype == DType::kBF16 && f.head_dim % 2 == 0 &&
-         f.v_head_dim % 2 == 0 && widest * 2 * std::max(kPq, kPk) < (int64_t{1} << 31) &&
+  if (widest * 4 * std::max(kPq, kPk) >= (int64_t{1} << 31) || f.dtype != f.kv_dtype) return false;
+  if (f.dtype == DType::kF32) return true;
+  return f.dtype == DType::kBF16 && f.head_dim % 2 == 0 && f.v_head_dim % 2 == 0 &&
          (native || f.force_bf16_pairs);
 }
 
-// Per-query statistics of head h: lse in log2 units and delta = dO·O (f32 sums of bf16 rows).
-inline void QueryStats(const Head& h, int64_t Dv, float* lse2, float* delta) {
+// Per-query statistics of head h: lse in log2 units and delta = dO·O (f32 sums of T rows).
+template <class T>
+void QueryStats(const Head& h, int64_t Dv, float* lse2, float* delta) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t i = 0; i < h.sq; ++i) {
     const float l = h.lse[i * h.lse_row];
     lse2[i] = std::isinf(l) ? l : l * kLog2e;
-    const bf16_t* orow = reinterpret_cast<const bf16_t*>(h.o + i * h.o_row);
-    const bf16_t* drow = reinterpret_cast<const bf16_t*>(h.dout.base + i * h.dout.row_bytes);
+    const T* orow = reinterpret_cast<const T*>(h.o + i * h.o_row);
+    const T* drow = reinterpret_cast<const T*>(h.dout.base + i * h.dout.row_bytes);
     auto acc = hn::Zero(d);
     for (int64_t c = 0; c < Dv; c += N) {
       const int64_t n = std::min(N, Dv - c);
@@ -474,11 +521,27 @@ inline void QueryStats(const Head& h, int64_t Dv, float* lse2, float* delta) {
   }
 }
 
-// One task of the pair path: sequence b, kv head kvh, whose g q heads are hs[0..g).
-template <class Dot>
-void PairTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* hs, int64_t b,
-              int64_t kvh, const PairScratch& s) {
-  using MM = PairMMs<Dot>;
+// f32 rows [r0, r0+n) (ld floats apart, cols wide) copied with rows lanes wide (zeros past cols).
+inline void PackRowsPadded(const float* base, int64_t ld, int64_t r0, int64_t n, int64_t cols,
+                           int64_t lanes, float* out) {
+  for (int64_t r = 0; r < n; ++r) {
+    std::memcpy(out + r * lanes, base + (r0 + r) * ld, static_cast<size_t>(cols) * sizeof(float));
+    std::fill(out + r * lanes + cols, out + (r + 1) * lanes, 0.0f);
+  }
+}
+
+// One task of the one-pass path: sequence b, kv head kvh, whose g q heads are hs[0..g). E is
+// the element policy (Pairs<Dot> for bf16, F32), T the tensors' element type.
+template <class E, class T>
+void OnePassTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* hs, int64_t b,
+                 int64_t kvh, const PairScratch& s) {
+  using MM = StepMMs<E>;
+  using AT = typename E::A;
+  using BT = typename E::B;
+  constexpr bool kPairs = E::kPer == 2;
+  constexpr int64_t es = sizeof(T), per = E::kPer;
+  // Rows viewed as u16 (two per f32 value): the packs below gather u32 words of them.
+  constexpr int64_t h16 = es / 2;
   const AttentionArgs& f = a.f;
   const DF d;
   const hn::Rebind<uint16_t, DF> d16;
@@ -487,72 +550,97 @@ void PairTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* hs,
   const float qscale2 = f.scale * kLog2e;
   const int64_t sq = hs[0].sq, sk = hs[0].sk, tiles = (sq + kPq - 1) / kPq;
   auto u16 = [](const KvRows& r) { return reinterpret_cast<const uint16_t*>(r.base); };
+  auto rows = [](const KvRows& r) { return reinterpret_cast<const AT*>(r.base); };
+  auto ld = [](const KvRows& r) { return r.row_bytes / static_cast<int64_t>(sizeof(AT)); };
+  AT* qt = static_cast<AT*>(s.qt);
+  AT* dot = static_cast<AT*>(s.dot);
   // The rows of a block (or tile) are far apart in packed layouts and touched once per task:
   // ask for the next ones while this one computes.
   auto prefetch = [](const void* base, int64_t row_bytes, int64_t r0, int64_t n, int64_t bytes) {
     for (int64_t r = r0; r < r0 + n; ++r)
       PrefetchRow(static_cast<const char*>(base) + r * row_bytes, bytes);
   };
+  // Transposed rows: bf16 values (pairs over the rows), or f32 values as u32 words.
+  auto pack_t = [&](const KvRows& r, int64_t r0, int64_t n, int64_t cols, int64_t lanes, AT* out) {
+    if constexpr (kPairs) {
+      PackT16(u16(r), ld(r), r0, n, cols, lanes, out);
+    } else {
+      PackPairsT(u16(r), ld(r) * 2, r0, n, cols * 2, lanes, reinterpret_cast<uint32_t*>(out));
+    }
+  };
   // Per head: statistics, the tiles' Qᵀ and dOᵀ, dQ = 0. Head hl's rows start at hl·tiles·kPq.
   for (int64_t hl = 0; hl < g; ++hl) {
     const Head& h = hs[hl];
-    const int64_t r0 = hl * tiles * kPq, lq = h.q.row_bytes / 2, ldo = h.dout.row_bytes / 2;
-    QueryStats(h, Dv, s.lse2 + r0, s.delta + r0);
-    prefetch(h.q.base, h.q.row_bytes, 0, std::min(kPq, sq), D * 2);
-    prefetch(h.dout.base, h.dout.row_bytes, 0, std::min(kPq, sq), Dv * 2);
+    const int64_t r0 = hl * tiles * kPq;
+    QueryStats<T>(h, Dv, s.lse2 + r0, s.delta + r0);
+    prefetch(h.q.base, h.q.row_bytes, 0, std::min(kPq, sq), D * es);
+    prefetch(h.dout.base, h.dout.row_bytes, 0, std::min(kPq, sq), Dv * es);
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t nq = std::min(kPq, sq - t * kPq);
       if (t + 1 < tiles) {
         const int64_t nn = std::min(kPq, sq - (t + 1) * kPq);
-        prefetch(h.q.base, h.q.row_bytes, (t + 1) * kPq, nn, D * 2);
-        prefetch(h.dout.base, h.dout.row_bytes, (t + 1) * kPq, nn, Dv * 2);
+        prefetch(h.q.base, h.q.row_bytes, (t + 1) * kPq, nn, D * es);
+        prefetch(h.dout.base, h.dout.row_bytes, (t + 1) * kPq, nn, Dv * es);
       }
-      PackT16(u16(h.q), lq, t * kPq, nq, D, kPq, s.qt + (r0 + t * kPq) * D);
-      PackT16(u16(h.dout), ldo, t * kPq, nq, Dv, kPq, s.dot + (r0 + t * kPq) * Dv);
+      pack_t(h.q, t * kPq, nq, D, kPq, qt + (r0 + t * kPq) * D);
+      pack_t(h.dout, t * kPq, nq, Dv, kPq, dot + (r0 + t * kPq) * Dv);
     }
     std::fill(s.dq + r0 * Dp, s.dq + (r0 + sq) * Dp, 0.0f);
   }
-  const int64_t kes = static_cast<int64_t>(dtype_size(f.kv_dtype));
   const int64_t koff = f.cu_k ? f.cu_k[b] : 0;
   char* dk =
-      static_cast<char*>(a.dk) + ((f.cu_k ? koff * a.dk_ss : b * a.dk_sb) + kvh * a.dk_sh) * kes;
+      static_cast<char*>(a.dk) + ((f.cu_k ? koff * a.dk_ss : b * a.dk_sb) + kvh * a.dk_sh) * es;
   char* dv =
-      static_cast<char*>(a.dv) + ((f.cu_k ? koff * a.dv_ss : b * a.dv_sb) + kvh * a.dv_sh) * kes;
+      static_cast<char*>(a.dv) + ((f.cu_k ? koff * a.dv_ss : b * a.dv_sb) + kvh * a.dv_sh) * es;
   const KvRows& K = hs[0].k;
   const KvRows& V = hs[0].v;
-  const int64_t lk = K.row_bytes / 2, lv = V.row_bytes / 2;
-  prefetch(K.base, K.row_bytes, 0, std::min(kPk, sk), D * 2);
-  prefetch(V.base, V.row_bytes, 0, std::min(kPk, sk), Dv * 2);
+  BT* kt = static_cast<BT*>(s.kt);
+  BT* vt = static_cast<BT*>(s.vt);
+  BT* kv = static_cast<BT*>(s.kv);
+  prefetch(K.base, K.row_bytes, 0, std::min(kPk, sk), D * es);
+  prefetch(V.base, V.row_bytes, 0, std::min(kPk, sk), Dv * es);
   for (int64_t j0 = 0; j0 < sk; j0 += kPk) {
     const int64_t nk = std::min(kPk, sk - j0);
     if (j0 + kPk < sk) {
       const int64_t nn = std::min(kPk, sk - j0 - kPk);
-      prefetch(K.base, K.row_bytes, j0 + kPk, nn, D * 2);
-      prefetch(V.base, V.row_bytes, j0 + kPk, nn, Dv * 2);
+      prefetch(K.base, K.row_bytes, j0 + kPk, nn, D * es);
+      prefetch(V.base, V.row_bytes, j0 + kPk, nn, Dv * es);
     }
-    PackPairsT(u16(K), lk, j0, nk, D, kPk, s.kt);
-    PackPairsT(u16(V), lv, j0, nk, Dv, kPk, s.vt);
-    PackRowsInterleaved(u16(K), lk, j0, nk, D, Dp, s.kv);
+    // Kᵀ, Vᵀ in steps over the head dim (S, dP); K rows in steps over the keys (dQ).
+    PackPairsT(u16(K), ld(K) * h16, j0, nk, D * h16, kPk, reinterpret_cast<uint32_t*>(kt));
+    PackPairsT(u16(V), ld(V) * h16, j0, nk, Dv * h16, kPk, reinterpret_cast<uint32_t*>(vt));
+    if constexpr (kPairs) {
+      PackRowsInterleaved(u16(K), ld(K), j0, nk, D, Dp, kv);
+    } else {
+      PackRowsPadded(rows(K), ld(K), j0, nk, D, Dp, kv);
+    }
     std::fill(s.dkt, s.dkt + D * kPk, 0.0f);
     std::fill(s.dvt, s.dvt + Dv * kPk, 0.0f);
     for (int64_t hl = 0; hl < g; ++hl) {
       const Head& h = hs[hl];
-      const int64_t lq = h.q.row_bytes / 2, ldo = h.dout.row_bytes / 2;
+      const int64_t lq = ld(h.q), ldo = ld(h.dout);
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t i0 = t * kPq, nq = std::min(kPq, sq - i0), r0 = hl * tiles * kPq + i0;
         if (!Overlaps(h, i0, i0 + nq, j0, j0 + nk)) continue;
-        MM::Run(u16(h.q) + i0 * lq, lq, nq, s.kt, kPk, D / 2, kvec, s.s, kPk, false);
-        MM::Run(u16(h.dout) + i0 * ldo, ldo, nq, s.vt, kPk, Dv / 2, kvec, s.dp, kPk, false);
+        MM::Run(rows(h.q) + i0 * lq, lq, nq, kt, kPk, D / per, kvec, s.s, kPk, false);
+        MM::Run(rows(h.dout) + i0 * ldo, ldo, nq, vt, kPk, Dv / per, kvec, s.dp, kPk, false);
         ScoresToGrads(h, s.s, s.dp, kPk, kPk, i0, nq, j0, nk, s.lse2 + r0, s.delta + r0, qscale2);
-        PackRowPairs(s.s, nq, kPk, s.pi);
-        PackRowPairs(s.dp, nq, kPk, s.dsi);
-        for (int64_t r = 0; r < nq; ++r)
-          for (int64_t j = 0; j < kPk; j += N)
-            hn::StoreU(Bf16Bits(d, hn::LoadU(d, s.dp + r * kPk + j)), d16, s.ds + r * kPk + j);
-        const int64_t pq = (nq + 1) / 2;
-        MM::Run(s.dot + r0 * Dv, kPq, Dv, s.pi, kPk, pq, kvec, s.dvt, kPk, true);
-        MM::Run(s.qt + r0 * D, kPq, D, s.dsi, kPk, pq, kvec, s.dkt, kPk, true);
-        MM::Run(s.ds, kPk, nq, s.kv, Dp, (nk + 1) / 2, Dp / N, s.dq + r0 * Dp, Dp, true);
+        // dVᵀ += dOᵀ·P, dKᵀ += Qᵀ·dS (steps over the queries), dQ += dS·K (over the keys).
+        const int64_t pq = (nq + per - 1) / per, pk = (nk + per - 1) / per;
+        if constexpr (kPairs) {
+          PackRowPairs(s.s, nq, kPk, s.pi);
+          PackRowPairs(s.dp, nq, kPk, s.dsi);
+          for (int64_t r = 0; r < nq; ++r)
+            for (int64_t j = 0; j < kPk; j += N)
+              hn::StoreU(Bf16Bits(d, hn::LoadU(d, s.dp + r * kPk + j)), d16, s.ds + r * kPk + j);
+          MM::Run(dot + r0 * Dv, kPq, Dv, s.pi, kPk, pq, kvec, s.dvt, kPk, true);
+          MM::Run(qt + r0 * D, kPq, D, s.dsi, kPk, pq, kvec, s.dkt, kPk, true);
+          MM::Run(s.ds, kPk, nq, kv, Dp, pk, Dp / N, s.dq + r0 * Dp, Dp, true);
+        } else {
+          MM::Run(dot + r0 * Dv, kPq, Dv, s.s, kPk, pq, kvec, s.dvt, kPk, true);
+          MM::Run(qt + r0 * D, kPq, D, s.dp, kPk, pq, kvec, s.dkt, kPk, true);
+          MM::Run(s.dp, kPk, nq, kv, Dp, pk, Dp / N, s.dq + r0 * Dp, Dp, true);
+        }
       }
     }
     // dK, dV rows: columns of dKᵀ, dVᵀ, gathered.
@@ -560,8 +648,8 @@ void PairTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* hs,
     const auto cols = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(kPk)));
     const auto sc = hn::Set(d, f.scale);
     for (int64_t j = 0; j < nk; ++j) {
-      bf16_t* kr = reinterpret_cast<bf16_t*>(dk + (j0 + j) * a.dk_ss * kes);
-      bf16_t* vr = reinterpret_cast<bf16_t*>(dv + (j0 + j) * a.dv_ss * kes);
+      T* kr = reinterpret_cast<T*>(dk + (j0 + j) * a.dk_ss * es);
+      T* vr = reinterpret_cast<T*>(dv + (j0 + j) * a.dv_ss * es);
       for (int64_t c = 0; c < D; c += N)
         StoreN(d, hn::Mul(hn::GatherIndex(d, s.dkt + c * kPk + j, cols), sc), kr + c,
                std::min(N, D - c));
@@ -569,13 +657,12 @@ void PairTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* hs,
         StoreN(d, hn::GatherIndex(d, s.dvt + c * kPk + j, cols), vr + c, std::min(N, Dv - c));
     }
   }
-  const int64_t qes = static_cast<int64_t>(dtype_size(f.dtype));
   for (int64_t hl = 0; hl < g; ++hl) {
-    char* dq = static_cast<char*>(a.dq) + QOff(f, b, kvh * g + hl, a.dq_sb, a.dq_sh, a.dq_ss) * qes;
+    char* dq = static_cast<char*>(a.dq) + QOff(f, b, kvh * g + hl, a.dq_sb, a.dq_sh, a.dq_ss) * es;
     const float* src = s.dq + hl * tiles * kPq * Dp;
     const auto sc = hn::Set(d, f.scale);
     for (int64_t i = 0; i < sq; ++i) {
-      bf16_t* row = reinterpret_cast<bf16_t*>(dq + i * a.dq_ss * qes);
+      T* row = reinterpret_cast<T*>(dq + i * a.dq_ss * es);
       for (int64_t c = 0; c < D; c += N)
         StoreN(d, hn::Mul(hn::LoadU(d, src + i * Dp + c), sc), row + c, std::min(N, D - c));
     }
@@ -585,7 +672,7 @@ void PairTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* hs,
 }  // namespace
 
 size_t AttentionBackwardWorkspace(const AttentionBackwardArgs& a) {
-  const size_t per = UsePairs(a) ? PerThreadPair(a.f) : PerThreadBwd(a.f);
+  const size_t per = UseOnePass(a) ? PerThreadPair(a.f) : PerThreadBwd(a.f);
   return static_cast<size_t>(std::max(1, a.f.threads)) * per + 64;
 }
 
@@ -625,7 +712,7 @@ void AttentionBackward(const AttentionBackwardArgs& a, void* workspace) {
     return h;
   };
 
-  if (UsePairs(a)) {
+  if (UseOnePass(a)) {
     const PairDims z(f);
     const size_t pper = PerThreadPair(f);
     const bool native = TBOOST_ATTN_BF16_NATIVE && cpu_features().avx512_bf16;
@@ -634,12 +721,14 @@ void AttentionBackward(const AttentionBackwardArgs& a, void* workspace) {
       const PairScratch s = CarvePair(mine, z);
       std::vector<Head> hs;
       for (int64_t hq = kvh * g; hq < (kvh + 1) * g; ++hq) hs.push_back(head(b, hq));
-      if (native) {
+      if (f.dtype == DType::kF32) {
+        OnePassTask<F32, float>(a, z, hs.data(), b, kvh, s);
+      } else if (native) {
 #if TBOOST_ATTN_BF16_NATIVE
-        PairTask<PairDotNative>(a, z, hs.data(), b, kvh, s);
+        OnePassTask<Pairs<PairDotNative>, bf16_t>(a, z, hs.data(), b, kvh, s);
 #endif
       } else {
-        PairTask<PairDotEmu>(a, z, hs.data(), b, kvh, s);
+        OnePassTask<Pairs<PairDotEmu>, bf16_t>(a, z, hs.data(), b, kvh, s);
       }
     });
     return;
