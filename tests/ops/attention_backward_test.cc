@@ -239,6 +239,9 @@ std::vector<AbCase> ab_cases() {
     v.push_back({"varlen_causal_gqa_" + t, dt, 3, 140, 160, 4, 1, 32, 32, true, -1, -1, false,
                  false, true});
   }
+  v.push_back({"causal_sq_gt_sk_f32", DType::kF32, 2, 90, 40, 2, 2, 24, 24, true});
+  v.push_back({"causal_sq_gt_sk_bf16", DType::kBF16, 2, 90, 40, 2, 2, 24, 24, true});
+  v.push_back({"one_task_mqa_bf16", DType::kBF16, 1, 70, 70, 3, 1, 32, 32, true});
   v.push_back({"gqa_d128_bf16", DType::kBF16, 1, 130, 130, 4, 2, 128, 128, true});
   v.push_back({"odd_head_dim_bf16", DType::kBF16, 2, 70, 70, 2, 1, 15, 17, true});
   v.push_back({"varlen_noncausal_f32", DType::kF32, 3, 50, 90, 2, 2, 16, 16, false, -1, -1, false,

@@ -436,14 +436,15 @@ inline void PackT16(const uint16_t* base, int64_t ld, int64_t r0, int64_t n, int
 }
 
 struct PairDims {
-  int64_t g, sq, D, Dv, Dp, tiles;  // sq: the longest sequence's queries
-  size_t es;                        // bytes per element: 2 (bf16 pairs) or 4 (f32)
+  int64_t g, sq, D, Dv, Dp, Dvp, tiles;  // sq: the longest sequence's queries
+  size_t es;                             // bytes per element: 2 (bf16 pairs) or 4 (f32)
   explicit PairDims(const AttentionArgs& f)
       : g(Group(f)),
         sq(f.sq),
         D(f.head_dim),
         Dv(f.v_head_dim),
         Dp(RoundUp(f.head_dim, static_cast<int64_t>(hn::Lanes(DF())))),
+        Dvp(RoundUp(f.v_head_dim, static_cast<int64_t>(hn::Lanes(DF())))),
         tiles((f.sq + kPq - 1) / kPq),
         es(dtype_size(f.dtype)) {}
 };
@@ -466,8 +467,9 @@ PairScratch CarvePair(char* p, const PairDims& z, size_t* bytes = nullptr) {
   PairScratch s;
   s.s = reinterpret_cast<float*>(take(kPq * kPk, 4));
   s.dp = reinterpret_cast<float*>(take(kPq * kPk, 4));
-  s.dkt = reinterpret_cast<float*>(take(z.D * kPk, 4));
-  s.dvt = reinterpret_cast<float*>(take(z.Dv * kPk, 4));
+  // Whole vectors of rows: the gathers of dK, dV rows read a last partial vector whole.
+  s.dkt = reinterpret_cast<float*>(take(z.Dp * kPk, 4));
+  s.dvt = reinterpret_cast<float*>(take(z.Dvp * kPk, 4));
   s.kt = take(z.D * kPk, z.es);
   s.vt = take(z.Dv * kPk, z.es);
   s.kv = take(kPk * z.Dp, z.es);
@@ -489,17 +491,26 @@ size_t PerThreadPair(const AttentionArgs& f) {
   CarvePair(nullptr, PairDims(f), &bytes);
   return bytes + 64;
 }
-// The one-pass path: f32 everywhere, or bf16 everywhere with even head dims where pairs can be
-// dotted (vdpbf16ps, or its emulation when forced); and rows close enough that the gathers'
-// 32-bit byte offsets reach a whole tile.
-bool UseOnePass(const AttentionBackwardArgs& a) {
-  const AttentionArgs& f = a.f;
+// The one-pass path's dtypes: f32 everywhere, or bf16 everywhere with even head dims where pairs
+// can be dotted (vdpbf16ps, or its emulation when forced).
+bool OnePassDtypes(const AttentionArgs& f) {
   const bool native = TBOOST_ATTN_BF16_NATIVE && cpu_features().avx512_bf16;
-  const int64_t widest = std::max({f.q_ss, f.k_ss, f.v_ss, a.do_ss});
-  if (widest * 4 * std::max(kPq, kPk) >= (int64_t{1} << 31) || f.dtype != f.kv_dtype) return false;
+  if (f.dtype != f.kv_dtype) return false;
   if (f.dtype == DType::kF32) return true;
   return f.dtype == DType::kBF16 && f.head_dim % 2 == 0 && f.v_head_dim % 2 == 0 &&
          (native || f.force_bf16_pairs);
+}
+// And the shape: at least two tasks (sequences x kv heads), else one core would do all the work;
+// per-thread buffers (linear in the sequence length) up to 64 MiB; rows close enough that the
+// gathers' 32-bit byte offsets reach a whole tile. Shape only, never the thread count, so the
+// bits stay the same for any thread count.
+bool OnePassFits(const AttentionArgs& f) {
+  return OnePassDtypes(f) && f.batch * f.kv_heads >= 2 && PerThreadPair(f) <= (size_t{64} << 20);
+}
+bool UseOnePass(const AttentionBackwardArgs& a) {
+  const AttentionArgs& f = a.f;
+  const int64_t widest = std::max({f.q_ss, f.k_ss, f.v_ss, a.do_ss});
+  return OnePassFits(f) && widest * 4 * std::max(kPq, kPk) < (int64_t{1} << 31);
 }
 
 // Per-query statistics of head h: lse in log2 units and delta = dO·O (f32 sums of T rows).
@@ -614,8 +625,8 @@ void OnePassTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* 
     } else {
       PackRowsPadded(rows(K), ld(K), j0, nk, D, Dp, kv);
     }
-    std::fill(s.dkt, s.dkt + D * kPk, 0.0f);
-    std::fill(s.dvt, s.dvt + Dv * kPk, 0.0f);
+    std::fill(s.dkt, s.dkt + Dp * kPk, 0.0f);
+    std::fill(s.dvt, s.dvt + z.Dvp * kPk, 0.0f);
     for (int64_t hl = 0; hl < g; ++hl) {
       const Head& h = hs[hl];
       const int64_t lq = ld(h.q), ldo = ld(h.dout);
@@ -672,7 +683,10 @@ void OnePassTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* 
 }  // namespace
 
 size_t AttentionBackwardWorkspace(const AttentionBackwardArgs& a) {
-  const size_t per = UseOnePass(a) ? PerThreadPair(a.f) : PerThreadBwd(a.f);
+  // Both paths' needs where the dtypes allow the one-pass path: the choice also depends on the
+  // strides, which setup may not know yet (dO's).
+  const size_t per =
+      OnePassFits(a.f) ? std::max(PerThreadPair(a.f), PerThreadBwd(a.f)) : PerThreadBwd(a.f);
   return static_cast<size_t>(std::max(1, a.f.threads)) * per + 64;
 }
 
