@@ -169,29 +169,40 @@ void TilePair(const Head& h, const float* q, int64_t lq, const float* dout, int6
   ScoresToGrads(h, s.s, s.dp, kBk, nk, i0, nq, j0, nk, s.lse2, s.delta, qscale2);
 }
 
+// Statistics of head h's queries [i0, i0+n): lse in log2 units and delta_i = dO_i · O_i
+// (= rowsum(P ∘ dP)), f32 sums of the rows as stored (T).
+template <class T>
+void QueryStats(const Head& h, int64_t i0, int64_t n, int64_t Dv, float* lse2, float* delta) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t i = i0 + r;
+    const float l = h.lse[i * h.lse_row];
+    lse2[r] = std::isinf(l) ? l : l * kLog2e;
+    const T* orow = reinterpret_cast<const T*>(h.o + i * h.o_row);
+    const T* drow = reinterpret_cast<const T*>(h.dout.base + i * h.dout.row_bytes);
+    auto acc = hn::Zero(d);
+    for (int64_t c = 0; c < Dv; c += N) {
+      const int64_t m = std::min(N, Dv - c);
+      acc = hn::MulAdd(LoadN(d, drow + c, m), LoadN(d, orow + c, m), acc);
+    }
+    delta[r] = ReduceSumF(d, acc);
+  }
+}
+
 // Loads the query tile's q and dO (as f32), lse in log2 units and delta = dO·O.
 void LoadQueryTile(const Head& h, int64_t i0, int64_t nq, const AttentionArgs& f,
                    const BwdScratch& s, const float** q, int64_t* lq, const float** dout,
                    int64_t* ldo) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t Dv = f.v_head_dim;
   *q = RowsF32(h.q, i0, nq, s.q, lq);
   *dout = RowsF32(h.dout, i0, nq, s.dout, ldo);
-  for (int64_t r = 0; r < nq; ++r) {
-    const float l = h.lse[(i0 + r) * h.lse_row];
-    s.lse2[r] = std::isinf(l) ? l : l * kLog2e;
-    // delta_i = dO_i · O_i (= rowsum(P ∘ dP)), O widened a vector at a time.
-    const char* orow = h.o + (i0 + r) * h.o_row;
-    const float* dor = *dout + r * *ldo;
-    auto acc = hn::Zero(d);
-    alignas(64) float ob[hn::MaxLanes(d)];
-    for (int64_t c = 0; c < Dv; c += N) {
-      const int64_t n = std::min(N, Dv - c);
-      convert(ob, DType::kF32, orow + c * static_cast<int64_t>(dtype_size(f.dtype)), f.dtype, n);
-      acc = hn::MulAdd(LoadN(d, dor + c, n), LoadN(d, ob, n), acc);
-    }
-    s.delta[r] = ReduceSumF(d, acc);
+  switch (f.dtype) {
+    case DType::kBF16:
+      return QueryStats<bf16_t>(h, i0, nq, f.v_head_dim, s.lse2, s.delta);
+    case DType::kF16:
+      return QueryStats<f16_t>(h, i0, nq, f.v_head_dim, s.lse2, s.delta);
+    default:
+      return QueryStats<float>(h, i0, nq, f.v_head_dim, s.lse2, s.delta);
   }
 }
 
@@ -435,10 +446,10 @@ inline void PackT16(const uint16_t* base, int64_t ld, int64_t r0, int64_t n, int
   }
 }
 
-struct PairDims {
+struct OnePassDims {
   int64_t g, sq, D, Dv, Dp, Dvp, tiles;  // sq: the longest sequence's queries
   size_t es;                             // bytes per element: 2 (bf16 pairs) or 4 (f32)
-  explicit PairDims(const AttentionArgs& f)
+  explicit OnePassDims(const AttentionArgs& f)
       : g(Group(f)),
         sq(f.sq),
         D(f.head_dim),
@@ -449,7 +460,7 @@ struct PairDims {
         es(dtype_size(f.dtype)) {}
 };
 // Packed operands are raw bytes: bf16 pairs (u32 words) or f32 values, per the path.
-struct PairScratch {
+struct OnePassScratch {
   float *s, *dp, *dkt, *dvt, *lse2, *delta, *dq;
   void *kt, *vt, *kv, *qt, *dot;
   uint32_t *pi, *dsi;
@@ -457,14 +468,14 @@ struct PairScratch {
 };
 // Per-thread: the tiles (~100 KiB at D = 64 in bf16), then the task's per-query buffers.
 // With p null only the size is computed.
-PairScratch CarvePair(char* p, const PairDims& z, size_t* bytes = nullptr) {
+OnePassScratch CarveOnePass(char* p, const OnePassDims& z, size_t* bytes = nullptr) {
   size_t off = 0;
   auto take = [&](int64_t n, size_t es) {
     char* r = p ? p + off : nullptr;
     off += Align64(static_cast<size_t>(n) * es);
     return r;
   };
-  PairScratch s;
+  OnePassScratch s;
   s.s = reinterpret_cast<float*>(take(kPq * kPk, 4));
   s.dp = reinterpret_cast<float*>(take(kPq * kPk, 4));
   // Whole vectors of rows: the gathers of dK, dV rows read a last partial vector whole.
@@ -486,9 +497,9 @@ PairScratch CarvePair(char* p, const PairDims& z, size_t* bytes = nullptr) {
   if (bytes) *bytes = off;
   return s;
 }
-size_t PerThreadPair(const AttentionArgs& f) {
+size_t PerThreadOnePass(const AttentionArgs& f) {
   size_t bytes = 0;
-  CarvePair(nullptr, PairDims(f), &bytes);
+  CarveOnePass(nullptr, OnePassDims(f), &bytes);
   return bytes + 64;
 }
 // The one-pass path's dtypes: f32 everywhere, or bf16 everywhere with even head dims where pairs
@@ -505,31 +516,12 @@ bool OnePassDtypes(const AttentionArgs& f) {
 // gathers' 32-bit byte offsets reach a whole tile. Shape only, never the thread count, so the
 // bits stay the same for any thread count.
 bool OnePassFits(const AttentionArgs& f) {
-  return OnePassDtypes(f) && f.batch * f.kv_heads >= 2 && PerThreadPair(f) <= (size_t{64} << 20);
+  return OnePassDtypes(f) && f.batch * f.kv_heads >= 2 && PerThreadOnePass(f) <= (size_t{64} << 20);
 }
 bool UseOnePass(const AttentionBackwardArgs& a) {
   const AttentionArgs& f = a.f;
   const int64_t widest = std::max({f.q_ss, f.k_ss, f.v_ss, a.do_ss});
   return OnePassFits(f) && widest * 4 * std::max(kPq, kPk) < (int64_t{1} << 31);
-}
-
-// Per-query statistics of head h: lse in log2 units and delta = dO·O (f32 sums of T rows).
-template <class T>
-void QueryStats(const Head& h, int64_t Dv, float* lse2, float* delta) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t i = 0; i < h.sq; ++i) {
-    const float l = h.lse[i * h.lse_row];
-    lse2[i] = std::isinf(l) ? l : l * kLog2e;
-    const T* orow = reinterpret_cast<const T*>(h.o + i * h.o_row);
-    const T* drow = reinterpret_cast<const T*>(h.dout.base + i * h.dout.row_bytes);
-    auto acc = hn::Zero(d);
-    for (int64_t c = 0; c < Dv; c += N) {
-      const int64_t n = std::min(N, Dv - c);
-      acc = hn::MulAdd(LoadN(d, drow + c, n), LoadN(d, orow + c, n), acc);
-    }
-    delta[i] = ReduceSumF(d, acc);
-  }
 }
 
 // f32 rows [r0, r0+n) (ld floats apart, cols wide) copied with rows lanes wide (zeros past cols).
@@ -544,8 +536,8 @@ inline void PackRowsPadded(const float* base, int64_t ld, int64_t r0, int64_t n,
 // One task of the one-pass path: sequence b, kv head kvh, whose g q heads are hs[0..g). E is
 // the element policy (Pairs<Dot> for bf16, F32), T the tensors' element type.
 template <class E, class T>
-void OnePassTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* hs, int64_t b,
-                 int64_t kvh, const PairScratch& s) {
+void OnePassTask(const AttentionBackwardArgs& a, const OnePassDims& z, const Head* hs, int64_t b,
+                 int64_t kvh, const OnePassScratch& s) {
   using MM = StepMMs<E>;
   using AT = typename E::A;
   using BT = typename E::B;
@@ -566,11 +558,7 @@ void OnePassTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* 
   AT* qt = static_cast<AT*>(s.qt);
   AT* dot = static_cast<AT*>(s.dot);
   // The rows of a block (or tile) are far apart in packed layouts and touched once per task:
-  // ask for the next ones while this one computes.
-  auto prefetch = [](const void* base, int64_t row_bytes, int64_t r0, int64_t n, int64_t bytes) {
-    for (int64_t r = r0; r < r0 + n; ++r)
-      PrefetchRow(static_cast<const char*>(base) + r * row_bytes, bytes);
-  };
+  // the next ones are asked for (PrefetchRows) while this one computes.
   // Transposed rows: bf16 values (pairs over the rows), or f32 values as u32 words.
   auto pack_t = [&](const KvRows& r, int64_t r0, int64_t n, int64_t cols, int64_t lanes, AT* out) {
     if constexpr (kPairs) {
@@ -583,15 +571,14 @@ void OnePassTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* 
   for (int64_t hl = 0; hl < g; ++hl) {
     const Head& h = hs[hl];
     const int64_t r0 = hl * tiles * kPq;
-    QueryStats<T>(h, Dv, s.lse2 + r0, s.delta + r0);
-    prefetch(h.q.base, h.q.row_bytes, 0, std::min(kPq, sq), D * es);
-    prefetch(h.dout.base, h.dout.row_bytes, 0, std::min(kPq, sq), Dv * es);
+    QueryStats<T>(h, 0, sq, Dv, s.lse2 + r0, s.delta + r0);
+    PrefetchRows(h.q, 0, std::min(kPq, sq));
+    PrefetchRows(h.dout, 0, std::min(kPq, sq));
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t nq = std::min(kPq, sq - t * kPq);
       if (t + 1 < tiles) {
-        const int64_t nn = std::min(kPq, sq - (t + 1) * kPq);
-        prefetch(h.q.base, h.q.row_bytes, (t + 1) * kPq, nn, D * es);
-        prefetch(h.dout.base, h.dout.row_bytes, (t + 1) * kPq, nn, Dv * es);
+        PrefetchRows(h.q, (t + 1) * kPq, std::min(sq, (t + 2) * kPq));
+        PrefetchRows(h.dout, (t + 1) * kPq, std::min(sq, (t + 2) * kPq));
       }
       pack_t(h.q, t * kPq, nq, D, kPq, qt + (r0 + t * kPq) * D);
       pack_t(h.dout, t * kPq, nq, Dv, kPq, dot + (r0 + t * kPq) * Dv);
@@ -608,14 +595,13 @@ void OnePassTask(const AttentionBackwardArgs& a, const PairDims& z, const Head* 
   BT* kt = static_cast<BT*>(s.kt);
   BT* vt = static_cast<BT*>(s.vt);
   BT* kv = static_cast<BT*>(s.kv);
-  prefetch(K.base, K.row_bytes, 0, std::min(kPk, sk), D * es);
-  prefetch(V.base, V.row_bytes, 0, std::min(kPk, sk), Dv * es);
+  PrefetchRows(K, 0, std::min(kPk, sk));
+  PrefetchRows(V, 0, std::min(kPk, sk));
   for (int64_t j0 = 0; j0 < sk; j0 += kPk) {
     const int64_t nk = std::min(kPk, sk - j0);
     if (j0 + kPk < sk) {
-      const int64_t nn = std::min(kPk, sk - j0 - kPk);
-      prefetch(K.base, K.row_bytes, j0 + kPk, nn, D * es);
-      prefetch(V.base, V.row_bytes, j0 + kPk, nn, Dv * es);
+      PrefetchRows(K, j0 + kPk, std::min(sk, j0 + 2 * kPk));
+      PrefetchRows(V, j0 + kPk, std::min(sk, j0 + 2 * kPk));
     }
     // Kᵀ, Vᵀ in steps over the head dim (S, dP); K rows in steps over the keys (dQ).
     PackPairsT(u16(K), ld(K) * h16, j0, nk, D * h16, kPk, reinterpret_cast<uint32_t*>(kt));
@@ -686,7 +672,7 @@ size_t AttentionBackwardWorkspace(const AttentionBackwardArgs& a) {
   // Both paths' needs where the dtypes allow the one-pass path: the choice also depends on the
   // strides, which setup may not know yet (dO's).
   const size_t per =
-      OnePassFits(a.f) ? std::max(PerThreadPair(a.f), PerThreadBwd(a.f)) : PerThreadBwd(a.f);
+      OnePassFits(a.f) ? std::max(PerThreadOnePass(a.f), PerThreadBwd(a.f)) : PerThreadBwd(a.f);
   return static_cast<size_t>(std::max(1, a.f.threads)) * per + 64;
 }
 
@@ -727,12 +713,12 @@ void AttentionBackward(const AttentionBackwardArgs& a, void* workspace) {
   };
 
   if (UseOnePass(a)) {
-    const PairDims z(f);
-    const size_t pper = PerThreadPair(f);
+    const OnePassDims z(f);
+    const size_t pper = PerThreadOnePass(f);
     const bool native = TBOOST_ATTN_BF16_NATIVE && cpu_features().avx512_bf16;
     RunTasks(f.threads, f.ftz, f.batch * f.kv_heads, ws, pper, [&](int64_t t, char* mine) {
       const int64_t b = t / f.kv_heads, kvh = t % f.kv_heads;
-      const PairScratch s = CarvePair(mine, z);
+      const OnePassScratch s = CarveOnePass(mine, z);
       std::vector<Head> hs;
       for (int64_t hq = kvh * g; hq < (kvh + 1) * g; ++hq) hs.push_back(head(b, hq));
       if (f.dtype == DType::kF32) {
