@@ -345,12 +345,11 @@ struct Trainer::Impl {
     attn_ws = base + ws_o;
     arena_M = Mb, arena_T = T, arena_ckpt = opt.checkpointing;
     arena_bytes = off;
-    // The fused loss's transient block (~32 MiB of f32 logits, and the head widened to f32 when
+    // The fused loss's transient block (~40 MiB of f32 logits, and the head widened to f32 when
     // oneDNN has no matmul for WT) is not in the arena but counts as activation memory.
-    const int64_t chunk =
-        std::min<int64_t>(M, std::clamp<int64_t>((int64_t{32} << 20) / (V * 4), 16, 4096));
+    const int64_t chunk = k::cross_entropy_chunk_rows(M, V);
     const bool native16 = WT != DType::kF32 && k::gemm_has_native(WT);
-    scratch_bytes = static_cast<size_t>(chunk * V) * (native16 ? 6 : 4) +
+    scratch_bytes = static_cast<size_t>(chunk * V) * 4 +
                     (WT != DType::kF32 && !native16 ? static_cast<size_t>(V * C) * 4 : 0);
     // Without a native matmul for A, k::gemm widens each 16-bit operand (and a 16-bit output)
     // into per-thread f32 scratch that grows to the largest one: count those three blocks.

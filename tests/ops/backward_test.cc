@@ -541,6 +541,10 @@ std::vector<LceCase> lce_cases() {
       v.push_back({dt, 40, 33, 257, 1, eps});
     }
   v.push_back({DType::kF32, 64, 16, 5003, 17, 0.0f});
+  // bf16 gradients packed over the f32 logits in waves of rows: 4 chunks of 16 rows, and one
+  // chunk of 45 (the last wave [32, 45) partial).
+  v.push_back({DType::kBF16, 64, 16, 5003, 17, 0.0f});
+  v.push_back({DType::kBF16, 45, 16, 1003, 0, 0.1f});
   return v;
 }
 
@@ -551,6 +555,22 @@ INSTANTIATE_TEST_SUITE_P(Cases, LinearCrossEntropyKernel, ::testing::ValuesIn(lc
                                   std::to_string(c.K) + "x" + std::to_string(c.V) + "_chunk" +
                                   std::to_string(c.chunk) + (c.eps != 0.0f ? "_smooth" : "");
                          });
+
+TEST(LinearCrossEntropyKernel, ChunksAreBalancedAndBounded) {
+  EXPECT_EQ(kernels::cross_entropy_chunk_rows(1024, 50257), 205);  // 5 chunks of <= 208 rows
+  EXPECT_EQ(kernels::cross_entropy_chunk_rows(1024, 32000), 256);
+  EXPECT_EQ(kernels::cross_entropy_chunk_rows(7, 11, 3), 3);
+  EXPECT_EQ(kernels::cross_entropy_chunk_rows(64, 11, 17), 16);
+  EXPECT_EQ(kernels::cross_entropy_chunk_rows(5, 11, 0), 5);
+  EXPECT_EQ(kernels::cross_entropy_chunk_rows(1, 1 << 30, 0), 1);
+  for (int64_t M : {1, 2, 17, 1000, 4097})
+    for (int64_t req : {0, 1, 3, 16, 5000}) {
+      const int64_t c = kernels::cross_entropy_chunk_rows(M, 50257, req);
+      const int64_t cap = req > 0 ? req : 208;
+      EXPECT_LE(c, std::max<int64_t>(1, std::min(M, cap))) << M << " " << req;
+      EXPECT_EQ((M + c - 1) / c, (M + cap - 1) / cap) << M << " " << req;
+    }
+}
 
 // Rows in one dtype and the head in another (f16 training storage: f16 rows, the f32 master
 // head): the head is used as stored, the rows widened; dx comes back in the rows' dtype.

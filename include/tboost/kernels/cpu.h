@@ -72,13 +72,14 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
 void linear_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const bf16_t* x,
                      const bf16_t* w, int64_t M, int64_t K, int64_t N, int threads = 0);
 // Fused linear + cross-entropy, forward and backward in one call, in row chunks so the (M, V)
-// logits never exist (chunk_rows 0: ~32 MiB of f32 logits per chunk). Returns the mean loss over
+// logits never exist (chunk_rows: the most rows per chunk, 0: ~40 MiB of f32 logits; the rows are
+// split into equal chunks). Returns the mean loss over
 // the rows whose label is not ignore_index (PyTorch's cross_entropy with reduction="mean",
 // label_smoothing eps: target (1 - eps) one_hot + eps / V); writes dx = d loss / d x (may be
 // null) and accumulates dw += d loss / d W (may be null). A label outside [0, V) that is not
 // ignore_index throws tboost::Error before anything is written. bf16: the logits are f32; on
-// CPUs with a bf16 matmul (AVX-512 BF16) their gradient is rounded to bf16 once per chunk for
-// the dx and dw products (as under PyTorch's autocast), elsewhere it stays f32.
+// CPUs with a bf16 matmul (AVX-512 BF16) their gradient is rounded to bf16 (as under PyTorch's
+// autocast) for the dx and dw products, elsewhere it stays f32.
 //   x, dx: (M, K)   w, dw: (V, K)   labels: (M)
 double linear_cross_entropy(float* dx, float* dw, const float* x, const float* w,
                             const int32_t* labels, int64_t M, int64_t K, int64_t V,

@@ -2,8 +2,9 @@
 // chunks of rows, so the (M, V) logits never exist; only a (chunk, V) f32 block does.
 //
 // Per chunk: logits = x_c · Wᵀ (oneDNN), then per row (our Highway pass) the log-sum-exp, the
-// row's loss and, in place, the logits' gradient (softmax - target) / valid_rows, then
-// dx_c = G · W and dW += Gᵀ · x_c (oneDNN, the second accumulating through a sum post-op).
+// row's loss and the logits' gradient G = (softmax - target) / valid_rows, written over the
+// logits in the head's dtype, then dx_c = G · W and dW += Gᵀ · x_c (oneDNN, the second
+// accumulating through a sum post-op).
 // The loss is summed in f64 in row order: thread-count independent. Label smoothing eps as
 // PyTorch's cross_entropy: target = (1 - eps) one_hot + eps / V.
 // clang-format off: Highway's per-target re-inclusion needs this exact order.
@@ -26,71 +27,101 @@
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
 
-// Rows [0, rows) of z (rows, V) f32: loss[r] (f64) and z replaced by d loss / d z.
-void SoftmaxXentRows(float* z, double* loss, const int32_t* labels, int64_t rows, int64_t V,
-                     int64_t ignore_index, float eps, float inv_valid, int threads, bool ftz) {
+// Rows [r0, r1) of z (rows, V) f32: loss[r] (f64) and d loss / d z into g (rows, V) in T. g is
+// z's own memory (see XentRows): row r of g may overlap z's row r itself (T = float, or r = 0)
+// and, for 16-bit T, z's row r / 2, so a row is read whole before its gradient is written.
+template <class T>
+void XentRowRange(const float* z, T* g, double* loss, const int32_t* labels, int64_t r0, int64_t r1,
+                  int64_t V, int64_t ignore_index, float eps, float inv_valid) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  parallel_for(threads, rows, 1, ftz, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* zr = z + r * V;
-      const int64_t y = labels[r];
-      if (y == ignore_index) {
-        std::fill(zr, zr + V, 0.0f);
-        loss[r] = 0.0;
-        continue;
-      }
-      auto mx = hn::Set(d, -INFINITY);
-      auto sz = hn::Zero(d);
-      for (int64_t i = 0; i < V; i += L) {
-        const int64_t n = std::min(L, V - i);
-        const auto v = LoadN(d, zr + i, n, -INFINITY);
-        mx = hn::Max(mx, v);
-        if (eps != 0.0f) sz = hn::Add(sz, LoadN(d, zr + i, n));
-      }
-      const float m = ReduceMaxF(d, mx);
-      const auto vm = hn::Set(d, m), lo = hn::Set(d, -87.0f);
-      // exp of (z - max) clamped at -87: FastExp's 2^n needs n >= -126; e^-87 ~ 1.6e-38.
-      auto ex = [&](hn::Vec<decltype(d)> z)
-                    TBOOST_INLINE_LAMBDA { return FastExp<5>(d, hn::Max(hn::Sub(z, vm), lo)); };
-      // The sum without the label's term, kept apart: the label's gradient is p_y - 1 =
-      // -(that sum) / (whole sum), exact where p_y - 1 from a rounded p_y would lose every bit
-      // for a confident row (p_y within an ulp of 1).
-      const hn::RebindToSigned<decltype(d)> di;
-      auto se = hn::Zero(d);
-      for (int64_t i = 0; i < V; i += L) {
-        const int64_t n = std::min(L, V - i);
-        auto keep = hn::FirstN(d, static_cast<size_t>(n));
-        if (y >= i && y < i + n)
-          keep = hn::And(keep, hn::RebindMask(d, hn::Ne(hn::Iota(di, static_cast<int32_t>(i)),
-                                                        hn::Set(di, static_cast<int32_t>(y)))));
-        se = hn::Add(se, hn::IfThenElseZero(keep, ex(LoadN(d, zr + i, n, -INFINITY))));
-      }
-      const double zy = zr[y];
-      const double s_not_y = ReduceSumF(d, se);
-      // The label's term exactly as the loop would have computed it (same lanes, same ops).
-      const double e_y = hn::GetLane(ex(hn::Set(d, zr[y])));
-      const double sum = s_not_y + e_y;
-      const double lse = static_cast<double>(m) + std::log(sum);
-      loss[r] = (1.0 - eps) * (lse - zy) +
-                (eps != 0.0f
-                     ? eps * (lse - static_cast<double>(ReduceSumF(d, sz)) / static_cast<double>(V))
-                     : 0.0);
-      // Gradient: (softmax - eps / V) / valid, minus (1 - eps) / valid at the label.
-      const auto vl = hn::Set(d, static_cast<float>(lse));
-      const auto off = hn::Set(d, eps / static_cast<float>(V));
-      const auto sc = hn::Set(d, inv_valid);
-      for (int64_t i = 0; i < V; i += L) {
-        const int64_t n = std::min(L, V - i);
-        const auto p = FastExp<5>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n), vl), lo));
-        StoreN(d, hn::Mul(hn::Sub(p, off), sc), zr + i, n);
-      }
-      // (p_y - eps / V - (1 - eps)) / valid with p_y - 1 = -s_not_y / sum.
-      zr[y] = static_cast<float>(
-          (-s_not_y / sum + static_cast<double>(eps) * (1.0 - 1.0 / static_cast<double>(V))) *
-          static_cast<double>(inv_valid));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* zr = z + r * V;
+    T* gr = g + r * V;
+    const int64_t y = labels[r];
+    if (y == ignore_index) {
+      const auto zero = hn::Zero(d);
+      for (int64_t i = 0; i < V; i += L) StoreN(d, zero, gr + i, std::min(L, V - i));
+      loss[r] = 0.0;
+      continue;
     }
-  });
+    auto mx = hn::Set(d, -INFINITY);
+    auto sz = hn::Zero(d);
+    for (int64_t i = 0; i < V; i += L) {
+      const int64_t n = std::min(L, V - i);
+      const auto v = LoadN(d, zr + i, n, -INFINITY);
+      mx = hn::Max(mx, v);
+      if (eps != 0.0f) sz = hn::Add(sz, LoadN(d, zr + i, n));
+    }
+    const float m = ReduceMaxF(d, mx);
+    const auto vm = hn::Set(d, m), lo = hn::Set(d, -87.0f);
+    // exp of (z - max) clamped at -87: FastExp's 2^n needs n >= -126; e^-87 ~ 1.6e-38.
+    auto ex = [&](hn::Vec<decltype(d)> z)
+                  TBOOST_INLINE_LAMBDA { return FastExp<5>(d, hn::Max(hn::Sub(z, vm), lo)); };
+    // The sum without the label's term, kept apart: the label's gradient is p_y - 1 =
+    // -(that sum) / (whole sum), exact where p_y - 1 from a rounded p_y would lose every bit
+    // for a confident row (p_y within an ulp of 1).
+    const hn::RebindToSigned<decltype(d)> di;
+    auto se = hn::Zero(d);
+    for (int64_t i = 0; i < V; i += L) {
+      const int64_t n = std::min(L, V - i);
+      auto keep = hn::FirstN(d, static_cast<size_t>(n));
+      if (y >= i && y < i + n)
+        keep = hn::And(keep, hn::RebindMask(d, hn::Ne(hn::Iota(di, static_cast<int32_t>(i)),
+                                                      hn::Set(di, static_cast<int32_t>(y)))));
+      se = hn::Add(se, hn::IfThenElseZero(keep, ex(LoadN(d, zr + i, n, -INFINITY))));
+    }
+    const double zy = zr[y];
+    const double s_not_y = ReduceSumF(d, se);
+    // The label's term exactly as the loop would have computed it (same lanes, same ops).
+    const double e_y = hn::GetLane(ex(hn::Set(d, zr[y])));
+    const double sum = s_not_y + e_y;
+    const double lse = static_cast<double>(m) + std::log(sum);
+    loss[r] =
+        (1.0 - eps) * (lse - zy) +
+        (eps != 0.0f ? eps * (lse - static_cast<double>(ReduceSumF(d, sz)) / static_cast<double>(V))
+                     : 0.0);
+    // Gradient: (softmax - eps / V) / valid, minus (1 - eps) / valid at the label. Front to
+    // back, each vector loaded before its store: a 16-bit row 0 written over its own f32 row
+    // only ever overwrites values already read.
+    const auto vl = hn::Set(d, static_cast<float>(lse));
+    const auto off = hn::Set(d, eps / static_cast<float>(V));
+    const auto sc = hn::Set(d, inv_valid);
+    for (int64_t i = 0; i < V; i += L) {
+      const int64_t n = std::min(L, V - i);
+      const auto p = FastExp<5>(d, hn::Max(hn::Sub(LoadN(d, zr + i, n), vl), lo));
+      StoreN(d, hn::Mul(hn::Sub(p, off), sc), gr + i, n);
+    }
+    // (p_y - eps / V - (1 - eps)) / valid with p_y - 1 = -s_not_y / sum.
+    const float gy = static_cast<float>(
+        (-s_not_y / sum + static_cast<double>(eps) * (1.0 - 1.0 / static_cast<double>(V))) *
+        static_cast<double>(inv_valid));
+    StoreN(d, hn::Set(d, gy), gr + y, 1);
+  }
+}
+
+// Rows [0, rows) of z (rows, V) f32: loss[r] and d loss / d z in dtype gt, over z's own
+// memory: f32 row r over row r; a 16-bit gradient packed at the start of the block (its row r
+// at byte 2·r·V, over f32 row r / 2), so the block needs no second buffer. The packed rows run
+// in waves [0, 1), [1, 2), [2, 4), [4, 8), ...: a wave's gradients overwrite only f32 rows the
+// wave before read, and its rows are read before the next wave writes over them.
+void XentRows(float* z, DType gt, double* loss, const int32_t* labels, int64_t rows, int64_t V,
+              int64_t ignore_index, float eps, float inv_valid, int threads, bool ftz) {
+  auto run = [&](auto tag, int64_t w0, int64_t w1) {
+    using T = decltype(tag);
+    parallel_for(threads, w1 - w0, 1, ftz, [&](int64_t r0, int64_t r1) {
+      XentRowRange(z, reinterpret_cast<T*>(z), loss, labels, w0 + r0, w0 + r1, V, ignore_index, eps,
+                   inv_valid);
+    });
+  };
+  if (gt == DType::kF32) return run(float{}, 0, rows);
+  for (int64_t w0 = 0; w0 < rows; w0 = std::max<int64_t>(1, 2 * w0)) {
+    const int64_t w1 = std::min(rows, std::max<int64_t>(1, 2 * w0));
+    if (gt == DType::kBF16)
+      run(bf16_t{}, w0, w1);
+    else
+      run(f16_t{}, w0, w1);
+  }
 }
 
 }  // namespace tboost::kernels::HWY_NAMESPACE
@@ -98,7 +129,20 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace tboost::kernels {
-HWY_EXPORT(SoftmaxXentRows);
+HWY_EXPORT(XentRows);
+
+int64_t cross_entropy_chunk_rows(int64_t M, int64_t V, int64_t requested) {
+  if (M <= 0) return 1;
+  // ~40 MiB of f32 logits by default: at GPT-2's vocabulary, 5 chunks of 205 rows for T = 1024
+  // (5x less than the whole logits). Fewer, larger chunks pay the products' per-call cost (the
+  // head re-packed by oneDNN, dW's f32 read and write) fewer times.
+  const int64_t cap =
+      requested > 0
+          ? requested
+          : std::clamp<int64_t>((int64_t{40} << 20) / (std::max<int64_t>(V, 1) * 4), 16, 4096);
+  const int64_t n = (M + cap - 1) / cap;
+  return (M + n - 1) / n;  // the same n chunks, balanced: no short last one
+}
 
 double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
   const int64_t M = a.M, K = a.K, V = a.V;
@@ -138,13 +182,10 @@ double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
     convert(w32.data(), DType::kF32, a.w, wt, V * K);
     w = w32.data(), wt = DType::kF32;
   }
-  int64_t chunk = a.chunk_rows;
-  if (chunk <= 0) chunk = std::clamp<int64_t>((int64_t{32} << 20) / (V * 4), 16, 4096);
-  chunk = std::min(chunk, M);
+  const int64_t chunk = cross_entropy_chunk_rows(M, V, a.chunk_rows);
+  // The chunk's f32 logits; their gradient goes over them in the head's dtype (XentRows), so
+  // with a native 16-bit matmul both products read it natively and no second block exists.
   std::vector<float> z(static_cast<size_t>(chunk * V));
-  // With a native 16-bit matmul the gradient block is rounded to the weight's dtype once per
-  // chunk, so both products stay native.
-  std::vector<char> z16(wt != DType::kF32 ? static_cast<size_t>(chunk * V) * dtype_size(wt) : 0);
   std::vector<double> loss(static_cast<size_t>(M));
   const float inv_valid = a.grad_scale / static_cast<float>(valid);
   for (int64_t r0 = 0; r0 < M; r0 += chunk) {
@@ -156,20 +197,15 @@ double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
     g.b = w, g.ldb = K, g.b_dtype = wt, g.trans_b = true;
     g.M = c, g.N = V, g.K = K, g.threads = a.threads;
     gemm(g);
-    HWY_DYNAMIC_DISPATCH(SoftmaxXentRows)
-    (z.data(), loss.data() + r0, a.labels + r0, c, V, a.ignore_index, a.label_smoothing, inv_valid,
-     a.threads, a.ftz);
+    HWY_DYNAMIC_DISPATCH(XentRows)
+    (z.data(), wt, loss.data() + r0, a.labels + r0, c, V, a.ignore_index, a.label_smoothing,
+     inv_valid, a.threads, a.ftz);
     const void* G = z.data();
-    DType gt = DType::kF32;
-    if (!z16.empty()) {
-      convert(z16.data(), wt, z.data(), DType::kF32, c * V);
-      G = z16.data(), gt = wt;
-    }
     if (a.dx) {  // dx_c = G · W
       GemmArgs gx;
       gx.y = static_cast<char*>(a.dx) + static_cast<size_t>(r0 * K) * xe, gx.ldy = K;
       gx.y_dtype = a.dtype;
-      gx.a = G, gx.lda = V, gx.a_dtype = gt;
+      gx.a = G, gx.lda = V, gx.a_dtype = wt;
       gx.b = w, gx.ldb = K, gx.b_dtype = wt;
       gx.M = c, gx.N = K, gx.K = V, gx.threads = a.threads;
       gemm(gx);
@@ -177,7 +213,7 @@ double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
     if (a.dw) {  // dW += Gᵀ · x_c
       GemmArgs gw;
       gw.y = a.dw, gw.ldy = K, gw.y_dtype = DType::kF32;
-      gw.a = G, gw.lda = V, gw.a_dtype = gt, gw.trans_a = true;
+      gw.a = G, gw.lda = V, gw.a_dtype = wt, gw.trans_a = true;
       gw.b = xc, gw.ldb = K, gw.b_dtype = a.dtype;
       gw.M = V, gw.N = K, gw.K = c, gw.accumulate = true, gw.threads = a.threads;
       gemm(gw);

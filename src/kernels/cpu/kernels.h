@@ -148,8 +148,10 @@ bool gemm_has_native(DType t);
 // exist): returns the mean loss over rows whose label is not ignore_index (0 when none),
 // writes dx (M, K) = d loss / d x (may be null) and accumulates dw (V, K, f32) += d loss / d W
 // (may be null). x, dx in dtype, w in w_dtype (unset: dtype); labels in [0, V) or ignore_index
-// (else a tboost::Error before anything is written). chunk_rows 0: chunks of ~32 MiB of f32
-// logits.
+// (else a tboost::Error before anything is written). chunk_rows: the most rows per chunk (0:
+// ~40 MiB of f32 logits); the rows are split into that many equal chunks
+// (cross_entropy_chunk_rows). One f32 block of chunk x V is the call's working memory: the
+// logits' gradient goes over it in the head's dtype.
 struct LinearCrossEntropyArgs {
   void* dx = nullptr;
   float* dw = nullptr;
@@ -169,6 +171,9 @@ struct LinearCrossEntropyArgs {
   bool ftz = true;
 };
 double linear_cross_entropy(const LinearCrossEntropyArgs& a);
+// The rows per chunk linear_cross_entropy uses for M rows at vocabulary V: at most `requested`
+// (0: ~40 MiB of f32 logits), as equal as the fewest chunks of that size allow.
+int64_t cross_entropy_chunk_rows(int64_t M, int64_t V, int64_t requested = 0);
 
 // Column sums accumulated: out (cols, f32) += sum over rows of x (rows, cols, dtype), in fixed
 // 32-row chunks added in order (thread-count independent bits). Linear's bias gradient.
