@@ -114,6 +114,13 @@ std::vector<CaseSpec> linear_cases() {
     // Decode: M = 1 (GEMV), long reduction.
     add({.dtype = dt, .x = {1, 2048}, .N = 96, .bias = true, .act = Activation::kSilu});
     add({.dtype = dt, .x = {1, 1, 130}, .N = 70, .res = true, .constw = false});
+    // Batched decode, rows of >= 4 KiB: several weight rows per pass (N not a multiple of
+    // them), K with a tail (2090) and without (2080: bf16's pair-dot path).
+    add({.dtype = dt, .x = {3, 2080}, .N = 37, .bias = true, .act = Activation::kSilu,
+         .res = true});
+    add({.dtype = dt, .x = {8, 2090}, .N = 45, .constw = false, .threads = 2});
+    add({.dtype = dt, .x = {5, 2048}, .N = 19, .bias = true, .bias_dtype = dt});
+    add({.dtype = dt, .x = {2, 2112}, .N = 23, .act = Activation::kGeluTanh, .threads = 2});
     // Weight as (K, N).
     add({.dtype = dt, .x = {7, 33}, .N = 65, .tb = false, .act = Activation::kRelu});
     add({.dtype = dt, .x = {7, 33}, .N = 65, .tb = false, .bias = true, .res = true,

@@ -63,6 +63,65 @@ HWY_INLINE void DotRow(const float* x, int64_t ldx, const TW* w, int64_t K, floa
   }
 }
 
+// kR weight rows (ldw apart) against kM rows of x: each x vector is loaded once for all kR
+// rows, and the kR·kM accumulators are independent FMA chains. With one row at a time and
+// several x rows, each weight vector fed kM FMAs behind kM x loads: at M = 4 the weight stream
+// ran at half the speed of M = 1 (bench/RESULTS.md, "batched decode").
+template <int kR, int kM, class TW>
+HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
+                        float* out) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  using V = hn::Vec<decltype(d)>;
+  V acc[kR][kM];
+#pragma GCC unroll 16
+  for (int r = 0; r < kR; ++r)
+#pragma GCC unroll 16
+    for (int m = 0; m < kM; ++m) acc[r][m] = hn::Zero(d);
+  int64_t k = 0;
+  for (; k + L <= K; k += L) {
+    V wv[kR];
+#pragma GCC unroll 16
+    for (int r = 0; r < kR; ++r) wv[r] = LoadF(d, w + r * ldw + k);
+#pragma GCC unroll 16
+    for (int m = 0; m < kM; ++m) {
+      const V xv = hn::LoadU(d, x + m * ldx + k);
+#pragma GCC unroll 16
+      for (int r = 0; r < kR; ++r) acc[r][m] = hn::MulAdd(xv, wv[r], acc[r][m]);
+    }
+  }
+  if (k < K) {
+    const auto n = static_cast<size_t>(K - k);
+    for (int m = 0; m < kM; ++m) {
+      const V xv = LoadTailF(d, x + m * ldx + k, n);
+      for (int r = 0; r < kR; ++r)
+        acc[r][m] = hn::MulAdd(xv, LoadTailF(d, w + r * ldw + k, n), acc[r][m]);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int m = 0; m < kM; ++m) out[m * 16 + r] = ReduceSumF(d, acc[r][m]);
+}
+
+// Weight rows per DotRowN call for kM x rows: as many of 4, 2, 1 as keep the accumulators, the
+// weight vectors and an x vector in registers (32 on AVX-512, 16 elsewhere).
+#undef TBOOST_GEMV_REGS  // this file is compiled once per target
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define TBOOST_GEMV_REGS 32
+#else
+#define TBOOST_GEMV_REGS 16
+#endif
+// Rows of at least this many bytes take DotRowN for 2+ rows of x. Shorter rows read side by
+// side lose the hardware prefetchers (Zen 4, M = 2 to 4: K = 768 f32 rows ran 1.3-1.5x slower
+// that way, bf16 ones 1.4-1.6x). One x row (M = 1, the decode case) reads one weight row at a
+// time, already at the DRAM floor.
+constexpr int64_t kMultiRowMinBytes = 4096;
+constexpr int RowsAtOnce(int kM) {
+  for (int r : {4, 2}) {
+    if (r * kM + r + 1 <= TBOOST_GEMV_REGS - 2) return r;
+  }
+  return 1;
+}
+
 // bf16 weights, K a multiple of 2 * Lanes: each 32-byte load holds Lanes pairs of bf16; as u32
 // lanes, (v << 16) is the even element as f32 and (v & 0xFFFF0000) the odd one. x was stored
 // pair-split per 2 * Lanes chunk (even elements, then odd ones), so no cross-lane shuffle is
@@ -134,6 +193,37 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16Dp(const uint32_t* x2, int64_t
     }
   }
 }
+
+// kR weight rows at once (see DotRowN): each x vector loaded once for all of them.
+template <int kR, int kM>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void DotRowsBf16DpN(const uint32_t* x2, int64_t ldx2,
+                                                    const bf16_t* w, int64_t ldw, int64_t K,
+                                                    float* sums) {
+  const int64_t P = K / 2;  // u32 pairs per row, a multiple of 16
+  const uint32_t* wr[kR];
+  for (int r = 0; r < kR; ++r) wr[r] = reinterpret_cast<const uint32_t*>(w + r * ldw);
+  __m512 acc[kR][kM];
+  for (int r = 0; r < kR; ++r)
+    for (int m = 0; m < kM; ++m) acc[r][m] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < P; p += 16) {
+    __m512i wv[kR];
+    for (int r = 0; r < kR; ++r) wv[r] = _mm512_loadu_si512(wr[r] + p);
+    for (int m = 0; m < kM; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x2 + m * ldx2 + p);
+      for (int r = 0; r < kR; ++r) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], xv, (__m512bh)wv[r]);
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int m = 0; m < kM; ++m) sums[m * 16 + r] = _mm512_reduce_add_ps(acc[r][m]);
+}
+template <int kR, int kM>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16DpRows(const uint32_t* x2, int64_t ldx2,
+                                                         const bf16_t* w, int64_t ldw, int64_t K,
+                                                         int64_t cnt, float* sums) {
+  int64_t j = 0;
+  for (; j + kR <= cnt; j += kR) DotRowsBf16DpN<kR, kM>(x2, ldx2, w + j * ldw, ldw, K, sums + j);
+  for (; j < cnt; ++j) DotRowsBf16DpN<1, kM>(x2, ldx2, w + j * ldw, ldw, K, sums + j);
+}
 #endif
 
 // How x is stored for the dots: f32 rows; f32 rows pair-split per 2·Lanes chunk (bf16
@@ -149,13 +239,24 @@ template <int kM, class TW>
 HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                           int64_t cnt, float* sums, XLayout xl) {
   constexpr int kU = kM <= 2 ? 4 : 2;
+  constexpr int kR = RowsAtOnce(kM);
+  const bool multi = kM > 1 && K * static_cast<int64_t>(sizeof(TW)) >= kMultiRowMinBytes;
   const bool pairs = xl == XLayout::kF32PairSplit;
 #if TBOOST_HAS_BF16_DOT
   if constexpr (std::is_same_v<TW, bf16_t>) {
-    if (xl == XLayout::kBf16)  // x holds bf16 rows of K / 2 u32 pairs (ldx counts u32s)
-      return DotRowsBf16Dp<kM, 4>(reinterpret_cast<const uint32_t*>(x), ldx, w, ldw, K, cnt, sums);
+    if (xl == XLayout::kBf16) {  // x holds bf16 rows of K / 2 u32 pairs (ldx counts u32s)
+      const auto* x2 = reinterpret_cast<const uint32_t*>(x);
+      if (!multi) return DotRowsBf16Dp<kM, 4>(x2, ldx, w, ldw, K, cnt, sums);
+      return DotRowsBf16DpRows<kR, kM>(x2, ldx, w, ldw, K, cnt, sums);
+    }
   }
 #endif
+  if (!(std::is_same_v<TW, bf16_t> && pairs) && multi) {
+    int64_t j = 0;
+    for (; j + kR <= cnt; j += kR) DotRowN<kR, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
+    for (; j < cnt; ++j) DotRowN<1, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
+    return;
+  }
   for (int64_t j = 0; j < cnt; ++j) {
     if constexpr (std::is_same_v<TW, bf16_t>) {
       if (pairs) {
