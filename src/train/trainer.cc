@@ -347,7 +347,9 @@ struct Trainer::Impl {
     arena_bytes = off;
     // The fused loss's transient block (~40 MiB of f32 logits, and the head widened to f32 when
     // oneDNN has no matmul for WT) is not in the arena but counts as activation memory.
-    const int64_t chunk = k::cross_entropy_chunk_rows(M, V);
+    // The largest block any micro-batch's call allocates: the plan is made once, for the
+    // largest micro-batch, and a smaller one can get a larger chunk (fewer rows, fewer chunks).
+    const int64_t chunk = std::min(M, k::cross_entropy_max_chunk_rows(V));
     const bool native16 = WT != DType::kF32 && k::gemm_has_native(WT);
     scratch_bytes = static_cast<size_t>(chunk * V) * 4 +
                     (WT != DType::kF32 && !native16 ? static_cast<size_t>(V * C) * 4 : 0);

@@ -572,6 +572,48 @@ TEST(LinearCrossEntropyKernel, ChunksAreBalancedAndBounded) {
     }
 }
 
+// The per-chunk step with 16-bit gradients packed over the f32 logits (in waves of rows), for
+// bf16 and f16 on every CPU: the fused kernel packs only where oneDNN has a 16-bit matmul, so on
+// AVX2 the cases above never reach it. Each packed row must be the f32 step's gradient rounded,
+// and the losses the same bits; 1 to 3 threads, row counts that end waves early and late.
+TEST(LinearCrossEntropyKernel, PackedGradientRowsAreTheF32GradientRounded) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t V = 1003;
+  for (DType gt : {DType::kBF16, DType::kF16})
+    for (int64_t rows : {1, 2, 3, 5, 45, 64})
+      for (int threads : {1, 2, 3}) {
+        SCOPED_TRACE(std::string(dtype_name(gt)) + " rows " + std::to_string(rows) + " threads " +
+                     std::to_string(threads));
+        const Vec z0 = random_f32_vec(rng, static_cast<size_t>(rows * V));
+        std::vector<int32_t> labels(static_cast<size_t>(rows));
+        for (size_t i = 0; i < labels.size(); ++i)
+          labels[i] = i % 5 == 3 ? -100 : static_cast<int32_t>(rng.integer(0, V - 1));
+        // f16: no smoothing and a scale of 64 keep every gradient above f16's subnormals, where
+        // a hardware conversion under flush-to-zero may differ from the scalar one.
+        const float eps = gt == DType::kF16 ? 0.0f : 0.1f;
+        std::vector<float> zf(z0.size()), zh(z0.size());
+        for (size_t i = 0; i < z0.size(); ++i) zf[i] = zh[i] = 4.0f * static_cast<float>(z0[i]);
+        std::vector<double> lf(labels.size()), lh(labels.size());
+        kernels::cross_entropy_rows(zf.data(), DType::kF32, lf.data(), labels.data(), rows, V, -100,
+                                    eps, 64.0f, threads);
+        kernels::cross_entropy_rows(zh.data(), gt, lh.data(), labels.data(), rows, V, -100, eps,
+                                    64.0f, threads);
+        EXPECT_EQ(lf, lh) << "losses";
+        const auto* g16 = reinterpret_cast<const uint16_t*>(zh.data());
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < rows * V; ++i) {
+          const float f = zf[static_cast<size_t>(i)];
+          const uint16_t want = gt == DType::kBF16 ? f32_to_bf16(f).bits : f32_to_f16(f).bits;
+          if (g16[i] != want && bad++ == 0) first = i;
+        }
+        EXPECT_EQ(bad, 0) << "first at row " << first / V << ", column " << first % V;
+      }
+  EXPECT_THROW(kernels::cross_entropy_rows(nullptr, DType::kI32, nullptr, nullptr, 0, 1, -100, 0.0f,
+                                           1.0f, 1),
+               Error);
+}
+
 // Rows in one dtype and the head in another (f16 training storage: f16 rows, the f32 master
 // head): the head is used as stored, the rows widened; dx comes back in the rows' dtype.
 TEST(LinearCrossEntropyKernel, F16RowsWithAnF32Head) {

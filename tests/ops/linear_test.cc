@@ -121,6 +121,9 @@ std::vector<CaseSpec> linear_cases() {
     add({.dtype = dt, .x = {8, 2090}, .N = 45, .constw = false, .threads = 2});
     add({.dtype = dt, .x = {5, 2048}, .N = 19, .bias = true, .bias_dtype = dt});
     add({.dtype = dt, .x = {2, 2112}, .N = 23, .act = Activation::kGeluTanh, .threads = 2});
+    // The same with padded rows of x, w, the residual and y (ldw != K).
+    add({.dtype = dt, .x = {4, 2080}, .N = 29, .res = true, .strided_in = true,
+         .strided_out = true});
     // Weight as (K, N).
     add({.dtype = dt, .x = {7, 33}, .N = 65, .tb = false, .act = Activation::kRelu});
     add({.dtype = dt, .x = {7, 33}, .N = 65, .tb = false, .bias = true, .res = true,

@@ -72,8 +72,8 @@ void linear_backward(float* dx, float* dw, float* db, const float* dy, const flo
 void linear_backward(bf16_t* dx, float* dw, float* db, const bf16_t* dy, const bf16_t* x,
                      const bf16_t* w, int64_t M, int64_t K, int64_t N, int threads = 0);
 // Fused linear + cross-entropy, forward and backward in one call, in row chunks so the (M, V)
-// logits never exist (chunk_rows: the most rows per chunk, 0: ~40 MiB of f32 logits; the rows are
-// split into equal chunks). Returns the mean loss over
+// logits never exist (chunk_rows: the most rows per chunk, 0: ~40 MiB of f32 logits; the rows go
+// in the fewest chunks of that size, as even as that count allows). Returns the mean loss over
 // the rows whose label is not ignore_index (PyTorch's cross_entropy with reduction="mean",
 // label_smoothing eps: target (1 - eps) one_hot + eps / V); writes dx = d loss / d x (may be
 // null) and accumulates dw += d loss / d W (may be null). A label outside [0, V) that is not

@@ -131,17 +131,32 @@ HWY_AFTER_NAMESPACE();
 namespace tboost::kernels {
 HWY_EXPORT(XentRows);
 
-int64_t cross_entropy_chunk_rows(int64_t M, int64_t V, int64_t requested) {
-  if (M <= 0) return 1;
+int64_t cross_entropy_max_chunk_rows(int64_t V, int64_t requested) {
   // ~40 MiB of f32 logits by default: at GPT-2's vocabulary, 5 chunks of 205 rows for T = 1024
   // (5x less than the whole logits). Fewer, larger chunks pay the products' per-call cost (the
   // head re-packed by oneDNN, dW's f32 read and write) fewer times.
-  const int64_t cap =
-      requested > 0
-          ? requested
-          : std::clamp<int64_t>((int64_t{40} << 20) / (std::max<int64_t>(V, 1) * 4), 16, 4096);
+  if (requested > 0) return requested;
+  return std::clamp<int64_t>((int64_t{40} << 20) / (std::max<int64_t>(V, 1) * 4), 16, 4096);
+}
+
+int64_t cross_entropy_chunk_rows(int64_t M, int64_t V, int64_t requested) {
+  if (M <= 0) return 1;
+  const int64_t cap = cross_entropy_max_chunk_rows(V, requested);
   const int64_t n = (M + cap - 1) / cap;
-  return (M + n - 1) / n;  // the same n chunks, balanced: no short last one
+  // The same n chunks with the largest as small as it can be: no runt of a few rows paying a
+  // whole chunk's per-call cost (1024 rows at cap 208: 4 x 205 + 204, not 4 x 208 + 192).
+  return (M + n - 1) / n;
+}
+
+void cross_entropy_rows(float* z, DType grad_dtype, double* loss, const int32_t* labels,
+                        int64_t rows, int64_t V, int64_t ignore_index, float label_smoothing,
+                        float grad_scale, int threads, bool ftz) {
+  if (grad_dtype != DType::kF32 && grad_dtype != DType::kBF16 && grad_dtype != DType::kF16)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("cross_entropy_rows: gradient dtype must be f32, bf16 or f16, got ") +
+                    dtype_name(grad_dtype));
+  HWY_DYNAMIC_DISPATCH(XentRows)
+  (z, grad_dtype, loss, labels, rows, V, ignore_index, label_smoothing, grad_scale, threads, ftz);
 }
 
 double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
@@ -197,9 +212,8 @@ double linear_cross_entropy(const LinearCrossEntropyArgs& a) {
     g.b = w, g.ldb = K, g.b_dtype = wt, g.trans_b = true;
     g.M = c, g.N = V, g.K = K, g.threads = a.threads;
     gemm(g);
-    HWY_DYNAMIC_DISPATCH(XentRows)
-    (z.data(), wt, loss.data() + r0, a.labels + r0, c, V, a.ignore_index, a.label_smoothing,
-     inv_valid, a.threads, a.ftz);
+    cross_entropy_rows(z.data(), wt, loss.data() + r0, a.labels + r0, c, V, a.ignore_index,
+                       a.label_smoothing, inv_valid, a.threads, a.ftz);
     const void* G = z.data();
     if (a.dx) {  // dx_c = G · W
       GemmArgs gx;

@@ -230,8 +230,9 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16DpRows(const uint32_t* x2, int
 // weights, DotRowBf16Pairs); or bf16 rows as given, dotted with vdpbf16ps (DotRowsBf16Dp).
 enum class XLayout { kF32, kF32PairSplit, kBf16 };
 
-// Dots of kM rows of x with weight rows [0, cnt) (cnt <= 16) into sums[m * 16 + j], row after
-// row. Accumulators: kM * kU in the 16 ymm registers of AVX2. Not inlined: one copy per
+// Dots of kM rows of x with weight rows [0, cnt) (cnt <= 16) into sums[m * 16 + j]: one weight
+// row at a time for one x row or short rows (kM * kU accumulators, within AVX2's 16 registers),
+// RowsAtOnce(kM) rows at a time otherwise (DotRowN, DotRowsBf16DpN). Not inlined: one copy per
 // (kM, TW) serves every output type and epilogue (inlined, the 45 GemvTyped instantiations
 // each carried all four, and gemv.cc was the second-longest compile of the library). A call
 // per block of 16 weight rows costs nothing measurable.

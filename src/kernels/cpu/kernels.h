@@ -149,8 +149,9 @@ bool gemm_has_native(DType t);
 // writes dx (M, K) = d loss / d x (may be null) and accumulates dw (V, K, f32) += d loss / d W
 // (may be null). x, dx in dtype, w in w_dtype (unset: dtype); labels in [0, V) or ignore_index
 // (else a tboost::Error before anything is written). chunk_rows: the most rows per chunk (0:
-// ~40 MiB of f32 logits); the rows are split into that many equal chunks
-// (cross_entropy_chunk_rows). One f32 block of chunk x V is the call's working memory: the
+// ~40 MiB of f32 logits); the rows go in the fewest chunks of that size, each as small as that
+// count allows (cross_entropy_chunk_rows). One f32 block of chunk x V is the call's working
+// memory: the
 // logits' gradient goes over it in the head's dtype.
 struct LinearCrossEntropyArgs {
   void* dx = nullptr;
@@ -171,9 +172,18 @@ struct LinearCrossEntropyArgs {
   bool ftz = true;
 };
 double linear_cross_entropy(const LinearCrossEntropyArgs& a);
-// The rows per chunk linear_cross_entropy uses for M rows at vocabulary V: at most `requested`
-// (0: ~40 MiB of f32 logits), as equal as the fewest chunks of that size allow.
+// The rows per chunk linear_cross_entropy uses for M rows at vocabulary V: ceil(M / n) for the
+// fewest chunks n of at most cross_entropy_max_chunk_rows rows (the last chunk may be shorter).
+// For any M it is at most min(M, cross_entropy_max_chunk_rows(V, requested)).
 int64_t cross_entropy_chunk_rows(int64_t M, int64_t V, int64_t requested = 0);
+int64_t cross_entropy_max_chunk_rows(int64_t V, int64_t requested = 0);
+// linear_cross_entropy's per-chunk step: rows of f32 logits z (rows, V) -> loss[r] (f64) and
+// d loss / d z = grad_scale · (softmax - target), written over z in grad_dtype (f32, bf16 or
+// f16): an f32 row over itself, 16-bit rows packed at the start of the block (row r at element
+// r·V of a grad_dtype array). Same label rules as linear_cross_entropy, unchecked here.
+void cross_entropy_rows(float* z, DType grad_dtype, double* loss, const int32_t* labels,
+                        int64_t rows, int64_t V, int64_t ignore_index, float label_smoothing,
+                        float grad_scale, int threads, bool ftz = true);
 
 // Column sums accumulated: out (cols, f32) += sum over rows of x (rows, cols, dtype), in fixed
 // 32-row chunks added in order (thread-count independent bits). Linear's bias gradient.
