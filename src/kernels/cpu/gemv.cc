@@ -157,6 +157,49 @@ HWY_INLINE void DotRowBf16Pairs(const float* x, int64_t ldx, const bf16_t* w, in
   }
 }
 
+// kR weight rows at once (see DotRowN) on the pair-split layout of DotRowBf16Pairs.
+template <int kR, int kM>
+HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, int64_t ldw,
+                                 int64_t K, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  using V = hn::Vec<decltype(d)>;
+  const auto hi_mask = hn::Set(du, 0xFFFF0000u);
+  V acc[kR][kM];
+#pragma GCC unroll 16
+  for (int r = 0; r < kR; ++r)
+#pragma GCC unroll 16
+    for (int m = 0; m < kM; ++m) acc[r][m] = hn::Zero(d);
+  for (int64_t k = 0; k < K; k += 2 * L) {
+    V we[kR], wo[kR];
+#pragma GCC unroll 16
+    for (int r = 0; r < kR; ++r) {
+      const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(w + r * ldw + k));
+      we[r] = hn::BitCast(d, hn::ShiftLeft<16>(v));
+      wo[r] = hn::BitCast(d, hn::And(v, hi_mask));
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < kM; ++m) {
+      const V xe = hn::LoadU(d, x + m * ldx + k), xo = hn::LoadU(d, x + m * ldx + k + L);
+#pragma GCC unroll 16
+      for (int r = 0; r < kR; ++r) {
+        acc[r][m] = hn::MulAdd(xe, we[r], acc[r][m]);
+        acc[r][m] = hn::MulAdd(xo, wo[r], acc[r][m]);
+      }
+    }
+  }
+  for (int r = 0; r < kR; ++r)
+    for (int m = 0; m < kM; ++m) out[m * 16 + r] = ReduceSumF(d, acc[r][m]);
+}
+// Rows per DotRowBf16PairsN call: its weights take two vectors per row, x two per row of x.
+constexpr int PairRowsAtOnce(int kM) {
+  for (int r : {4, 2}) {
+    if (r * kM + 2 * r + 3 <= TBOOST_GEMV_REGS) return r;
+  }
+  return 1;
+}
+
 // bf16 x and weights on CPUs with AVX512_BF16: vdpbf16ps multiplies 32 bf16 pairs and adds
 // into 16 f32 lanes in one instruction, with x and w loaded as they are stored (no widening,
 // no pair split). The products of bf16 values are exact in f32, so only the summation order
@@ -252,6 +295,16 @@ HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw,
     }
   }
 #endif
+  if constexpr (std::is_same_v<TW, bf16_t>) {
+    if (pairs && multi) {
+      constexpr int kPR = PairRowsAtOnce(kM);
+      int64_t j = 0;
+      for (; j + kPR <= cnt; j += kPR)
+        DotRowBf16PairsN<kPR, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
+      for (; j < cnt; ++j) DotRowBf16PairsN<1, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
+      return;
+    }
+  }
   if (!(std::is_same_v<TW, bf16_t> && pairs) && multi) {
     int64_t j = 0;
     for (; j + kR <= cnt; j += kR) DotRowN<kR, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
