@@ -350,9 +350,9 @@ struct Trainer::Impl {
     // The largest block any micro-batch's call allocates: the plan is made once, for the
     // largest micro-batch, and a smaller one can get a larger chunk (fewer rows, fewer chunks).
     const int64_t chunk = std::min(M, k::cross_entropy_max_chunk_rows(V));
-    const bool native16 = WT != DType::kF32 && k::gemm_has_native(WT);
-    scratch_bytes = static_cast<size_t>(chunk * V) * 4 +
-                    (WT != DType::kF32 && !native16 ? static_cast<size_t>(V * C) * 4 : 0);
+    const bool widened_head = WT != DType::kF32 && !k::gemm_has_native(WT);
+    scratch_bytes =
+        static_cast<size_t>(chunk * V) * 4 + (widened_head ? static_cast<size_t>(V * C) * 4 : 0);
     // Without a native matmul for A, k::gemm widens each 16-bit operand (and a 16-bit output)
     // into per-thread f32 scratch that grows to the largest one: count those three blocks.
     if (A != DType::kF32 && !k::gemm_has_native(A)) {

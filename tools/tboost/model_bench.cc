@@ -30,8 +30,7 @@ struct Stat {
 Stat stats(std::vector<double> v) {
   Stat s;
   if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  s.median = median(v);
   double mean = 0;
   for (double x : v) mean += x;
   mean /= static_cast<double>(v.size());
@@ -50,6 +49,13 @@ std::vector<int32_t> random_ids(int64_t n, int64_t V, uint32_t seed) {
     v.push_back(static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(V)));
   }
   return v;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

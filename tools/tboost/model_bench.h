@@ -25,8 +25,10 @@ struct ModelBenchArgs {
 int run_model_bench(const ModelBenchArgs& a);
 
 // Shared by the benchmark commands: n token ids in [0, V) from a fixed LCG (the same ids for
-// the same seed on every machine), and wall seconds since t0.
+// the same seed on every machine), wall seconds since t0, and the median of samples (the mean
+// of the middle two for an even count; 0 for none).
 std::vector<int32_t> random_ids(int64_t n, int64_t V, uint32_t seed);
 double seconds_since(std::chrono::steady_clock::time_point t0);
+double median(std::vector<double> v);
 
 }  // namespace tboost::tools

@@ -329,11 +329,6 @@ int run_train_bench(const TrainBenchArgs& a) {
                       static_cast<double>(C) / seconds_since(t1) / 1e9);
     }
   }
-  auto median = [](std::vector<double> v) {  // the mean of the middle two for an even count
-    std::sort(v.begin(), v.end());
-    const size_t h = v.size() / 2;
-    return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-  };
   const double step = median(times), gflops = median(rates);
   const double floor_s = flops / (gflops * 1e9);
   const double fraction = floor_s / step;

@@ -115,31 +115,49 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
 // that way, bf16 ones 1.4-1.6x). One x row (M = 1, the decode case) reads one weight row at a
 // time, already at the DRAM floor.
 constexpr int64_t kMultiRowMinBytes = 4096;
-constexpr int RowsAtOnce(int kM) {
+// kWVecs vectors per weight row and kXVecs per x row (DotRowN: 1, 1; the pair split: 2, 2).
+constexpr int RowsAtOnce(int kM, int kWVecs = 1, int kXVecs = 1) {
   for (int r : {4, 2}) {
-    if (r * kM + r + 1 <= TBOOST_GEMV_REGS - 2) return r;
+    if (r * kM + r * kWVecs + kXVecs + 2 <= TBOOST_GEMV_REGS) return r;
   }
   return 1;
 }
 
-// bf16 weights, K a multiple of 2 * Lanes: each 32-byte load holds Lanes pairs of bf16; as u32
-// lanes, (v << 16) is the even element as f32 and (v & 0xFFFF0000) the odd one. x was stored
+// fn(std::integral_constant<int, kR>(), j) for the weight rows from j in groups of kR, then
+// fn(std::integral_constant<int, 1>(), j) for each row left of [0, cnt).
+template <int kR, class Fn>
+HWY_INLINE void InRowGroups(int64_t cnt, const Fn& fn) {
+  int64_t j = 0;
+  for (; j + kR <= cnt; j += kR) fn(std::integral_constant<int, kR>(), j);
+  for (; j < cnt; ++j) fn(std::integral_constant<int, 1>(), j);
+}
+
+// The 2·Lanes bf16 weights at p as two f32 vectors, the even elements and the odd ones: as u32
+// lanes, (v << 16) is the even element and (v & 0xFFFF0000) the odd one (no cross-lane shuffle).
+template <class D>
+HWY_INLINE void WidenPairs(D d, const bf16_t* p, hn::Vec<D>* even, hn::Vec<D>* odd) {
+  const hn::RebindToUnsigned<D> du;
+  const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
+  *even = hn::BitCast(d, hn::ShiftLeft<16>(v));
+  *odd = hn::BitCast(d, hn::And(v, hn::Set(du, 0xFFFF0000u)));
+}
+
+// bf16 weights, K a multiple of 2 * Lanes: each load holds Lanes pairs of bf16 (WidenPairs). x was
+// stored
 // pair-split per 2 * Lanes chunk (even elements, then odd ones), so no cross-lane shuffle is
 // needed: two ALU ops widen 2 * Lanes weights, where PromoteTo costs a shuffle per Lanes.
 template <int kM, int kU>
 HWY_INLINE void DotRowBf16Pairs(const float* x, int64_t ldx, const bf16_t* w, int64_t K,
                                 float* out) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   using V = hn::Vec<decltype(d)>;
-  const auto hi_mask = hn::Set(du, 0xFFFF0000u);
   V acc[kM][kU];
   for (int m = 0; m < kM; ++m)
     for (int u = 0; u < kU; ++u) acc[m][u] = hn::Zero(d);
   auto step = [&](int64_t k, int u) HWY_ATTR {
-    const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(w + k));
-    const V we = hn::BitCast(d, hn::ShiftLeft<16>(v)), wo = hn::BitCast(d, hn::And(v, hi_mask));
+    V we, wo;
+    WidenPairs(d, w + k, &we, &wo);
     for (int m = 0; m < kM; ++m) {
       acc[m][u] = hn::MulAdd(hn::LoadU(d, x + m * ldx + k), we, acc[m][u]);
       acc[m][u] = hn::MulAdd(hn::LoadU(d, x + m * ldx + k + L), wo, acc[m][u]);
@@ -162,10 +180,8 @@ template <int kR, int kM>
 HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, int64_t ldw,
                                  int64_t K, float* out) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   using V = hn::Vec<decltype(d)>;
-  const auto hi_mask = hn::Set(du, 0xFFFF0000u);
   V acc[kR][kM];
 #pragma GCC unroll 16
   for (int r = 0; r < kR; ++r)
@@ -174,11 +190,7 @@ HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, i
   for (int64_t k = 0; k < K; k += 2 * L) {
     V we[kR], wo[kR];
 #pragma GCC unroll 16
-    for (int r = 0; r < kR; ++r) {
-      const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(w + r * ldw + k));
-      we[r] = hn::BitCast(d, hn::ShiftLeft<16>(v));
-      wo[r] = hn::BitCast(d, hn::And(v, hi_mask));
-    }
+    for (int r = 0; r < kR; ++r) WidenPairs(d, w + r * ldw + k, &we[r], &wo[r]);
 #pragma GCC unroll 16
     for (int m = 0; m < kM; ++m) {
       const V xe = hn::LoadU(d, x + m * ldx + k), xo = hn::LoadU(d, x + m * ldx + k + L);
@@ -191,13 +203,6 @@ HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, i
   }
   for (int r = 0; r < kR; ++r)
     for (int m = 0; m < kM; ++m) out[m * 16 + r] = ReduceSumF(d, acc[r][m]);
-}
-// Rows per DotRowBf16PairsN call: its weights take two vectors per row, x two per row of x.
-constexpr int PairRowsAtOnce(int kM) {
-  for (int r : {4, 2}) {
-    if (r * kM + 2 * r + 3 <= TBOOST_GEMV_REGS) return r;
-  }
-  return 1;
 }
 
 // bf16 x and weights on CPUs with AVX512_BF16: vdpbf16ps multiplies 32 bf16 pairs and adds
@@ -295,21 +300,16 @@ HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw,
     }
   }
 #endif
-  if constexpr (std::is_same_v<TW, bf16_t>) {
-    if (pairs && multi) {
-      constexpr int kPR = PairRowsAtOnce(kM);
-      int64_t j = 0;
-      for (; j + kPR <= cnt; j += kPR)
-        DotRowBf16PairsN<kPR, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
-      for (; j < cnt; ++j) DotRowBf16PairsN<1, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
-      return;
+  if (multi) {
+    if constexpr (std::is_same_v<TW, bf16_t>) {
+      if (pairs)
+        return InRowGroups<RowsAtOnce(kM, 2, 2)>(cnt, [&](auto rows, int64_t j) HWY_ATTR {
+          DotRowBf16PairsN<rows(), kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
+        });
     }
-  }
-  if (!(std::is_same_v<TW, bf16_t> && pairs) && multi) {
-    int64_t j = 0;
-    for (; j + kR <= cnt; j += kR) DotRowN<kR, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
-    for (; j < cnt; ++j) DotRowN<1, kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
-    return;
+    return InRowGroups<kR>(cnt, [&](auto rows, int64_t j) HWY_ATTR {
+      DotRowN<rows(), kM>(x, ldx, w + j * ldw, ldw, K, sums + j);
+    });
   }
   for (int64_t j = 0; j < cnt; ++j) {
     if constexpr (std::is_same_v<TW, bf16_t>) {

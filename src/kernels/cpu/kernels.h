@@ -151,8 +151,7 @@ bool gemm_has_native(DType t);
 // (else a tboost::Error before anything is written). chunk_rows: the most rows per chunk (0:
 // ~40 MiB of f32 logits); the rows go in the fewest chunks of that size, each as small as that
 // count allows (cross_entropy_chunk_rows). One f32 block of chunk x V is the call's working
-// memory: the
-// logits' gradient goes over it in the head's dtype.
+// memory: the logits' gradient goes over it in the head's dtype.
 struct LinearCrossEntropyArgs {
   void* dx = nullptr;
   float* dw = nullptr;
