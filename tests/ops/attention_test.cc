@@ -437,7 +437,7 @@ std::vector<CaseSpec> self_attention_cases() {
        .threads = 2});
   add({.dtype = f16, .Sq = 2, .Sk = 3333, .Hq = 2, .Hkv = 2, .D = 80, .causal = true,
        .strided = true});
-  // Few query rows per kv head (Sq * Hq / Hkv <= 8 takes the split-KV decode path in the CPU
+  // Few query rows per kv head (up to 8 query tokens take the split-KV decode path in the CPU
   // kernel): every mask kind there too, chunk-sized and odd key counts, rows with no key.
   add({.B = 2, .Sq = 2, .Sk = 700, .Hq = 4, .Hkv = 2, .D = 64, .causal = true, .alibi = true,
        .threads = 2});
@@ -454,6 +454,21 @@ std::vector<CaseSpec> self_attention_cases() {
        .causal = true, .threads = 2});
   add({.dtype = bf16, .Hq = 2, .Hkv = 2, .D = 96, .q_lens = {1, 2}, .k_lens = {0, 300},
        .causal = true, .alibi = true});
+  // More query rows per kv head than a decode task takes (8): the rows go in groups, each a
+  // task of its own (MQA with 32 q heads; 3 tokens of GQA-4, groups of 8 and 4; a varlen batch
+  // whose sequences have 1, 2 or 3 groups). Group sizes the dots pad (3 -> 4, 5-7 -> 8 rows on
+  // AVX-512): GQA-7 as in Qwen2-0.5B (14 q / 2 kv heads), GQA-3, GQA-5 with a mask.
+  add({.Sq = 1, .Sk = 1500, .Hq = 32, .Hkv = 1, .D = 64, .causal = true, .threads = 2});
+  add({.dtype = bf16, .Sq = 1, .Sk = 1030, .Hq = 16, .Hkv = 1, .D = 128, .alibi = true});
+  add({.dtype = bf16, .Sq = 3, .Sk = 900, .Hq = 8, .Hkv = 2, .D = 128, .causal = true,
+       .threads = 2});
+  add({.Hq = 8, .Hkv = 1, .D = 64, .q_lens = {1, 3, 2}, .k_lens = {600, 40, 2}, .causal = true,
+       .threads = 2});
+  add({.dtype = bf16, .Sq = 1, .Sk = 1100, .Hq = 14, .Hkv = 2, .D = 64, .threads = 2});
+  add({.Sq = 1, .Sk = 700, .Hq = 14, .Hkv = 2, .D = 64, .alibi = true});
+  add({.dtype = bf16, .B = 2, .Sq = 1, .Sk = 600, .Hq = 6, .Hkv = 2, .D = 128, .threads = 2});
+  add({.dtype = f16, .Sq = 1, .Sk = 530, .Hq = 10, .Hkv = 2, .D = 96, .mask = MaskKind::kSqSk,
+       .threads = 2});
   // Long: many query and key tiles per thread; the f64 reference costs O(Sq * Sk * D).
   add({.Sq = 8192, .Sk = 8192, .Hq = 1, .Hkv = 1, .D = 32, .causal = true, .threads = 2});
   add({.dtype = bf16, .layout = L::kBNSD, .Sq = 1100, .Sk = 1100, .Hq = 2, .Hkv = 1, .D = 64,
@@ -926,6 +941,11 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.q_dtype = bf16, .ctx = {5, 200}, .Sq = 3, .Hq = 6, .Hkv = 2, .D = 40, .block_size = 7,
        .strided = true, .threads = 2});
   add({.q_dtype = f16, .ctx = {1, 64, 65}, .Sq = 1, .Hq = 2, .Hkv = 2, .D = 33});
+  // MQA decode with 16 q heads (two row groups), bf16 model; GQA-7 with a bf16 cache.
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {2000, 5}, .Sq = 1, .Hq = 16, .Hkv = 1,
+       .D = 128, .threads = 2});
+  add({.cache_dtype = bf16, .ctx = {700, 1}, .Sq = 1, .Hq = 14, .Hkv = 2, .D = 64,
+       .block_size = 16});
   // Sliding window.
   add({.ctx = {37, 300, 1500}, .Sq = 3, .Hq = 4, .Hkv = 2, .D = 64, .wl = 50, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {3, 90}, .Sq = 3, .Hq = 2, .Hkv = 1,

@@ -37,7 +37,10 @@ constexpr int kR = 8;
 constexpr int kR = 6;
 #endif
 constexpr int kV = 2;
-constexpr int64_t kMaxDecodeRows = 8;  // query rows per kv head handled by the decode path
+// Query rows per kv head a decode task computes at once (its kernels' widest case). A call with
+// up to kMaxDecodeRows query tokens per sequence takes the decode path whatever the group size:
+// the g·Sq rows of a kv head are split into groups of at most this many rows, one task each.
+constexpr int64_t kMaxDecodeRows = 8;
 // Keys scored at once in a decode task: a whole chunk, so the task reads its K rows and then
 // its V rows as two long sequential streams (with 128 it switched between them every 128 rows,
 // and MHA decode read at 0.60-0.71 of a plain read in the host's fast memory mode, 0.69-0.78
@@ -246,7 +249,14 @@ inline float MaskLog2(float m) {
 inline int64_t PartialFloats(int64_t Dv) { return Dv + 2; }
 
 inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
-inline bool UseDecode(const AttentionArgs& a) { return a.sq * Group(a) <= kMaxDecodeRows; }
+// Decode for up to kMaxDecodeRows query tokens per sequence, any group size. A flash tile holds
+// Br queries of one head, so there a decode step (one query per head) would use 1 of its Br rows
+// (MQA decode with 32 q heads ran at 0.01 of the DRAM read that way).
+inline bool UseDecode(const AttentionArgs& a) { return a.sq <= kMaxDecodeRows; }
+// Row groups of a kv head's g·sq query rows (rows hl·sq + i, kMaxDecodeRows per group).
+inline int64_t DecodeGroups(int64_t rows) {
+  return std::max<int64_t>(1, (rows + kMaxDecodeRows - 1) / kMaxDecodeRows);
+}
 // Decode chunks of a sequence with n keys (at least one, so a row that sees nothing still
 // gets its partial written).
 inline int64_t ChunksOf(int64_t n) {
@@ -267,8 +277,8 @@ inline size_t DecodeScratchBytes(const AttentionArgs& a) {
 }
 inline size_t PartialBytes(const AttentionArgs& a) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  // With more than kMaxDecodeRows q heads per kv head the decode path never has rows to keep.
-  const int64_t rows = Group(a) > kMaxDecodeRows ? 0 : std::min(Group(a) * a.sq, kMaxDecodeRows);
+  // Every query row of the decode path (at most kMaxDecodeRows tokens per sequence).
+  const int64_t rows = Group(a) * std::min(a.sq, kMaxDecodeRows);
   return static_cast<size_t>(ChunksBound(a) * a.kv_heads * rows *
                              PartialFloats(RoundUp(a.v_head_dim, N))) *
              sizeof(float) +

@@ -74,6 +74,15 @@ HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
 #define TBOOST_DECODE_REDUCE16 0
 #endif
 
+// Query rows the dots compute for G real ones: on AVX-512 3 -> 4 and 5-7 -> 8, so that the
+// G·KK accumulators are 16 and go through Reduce16 (KeysAtOnce); with 7 rows each key took 7
+// separate horizontal sums, and GQA-7 bf16 decode (Qwen2-0.5B's 14 q / 2 kv heads) ran at
+// 15 GB/s from cache. The extra rows are zero queries (their scores are never read).
+constexpr int64_t DotRowsFor(int64_t G) {
+  if (!TBOOST_DECODE_REDUCE16 || G > 8) return G;
+  return G == 3 ? 4 : G >= 5 ? 8 : G;
+}
+
 // Keys dotted at once for G query rows: G·KK accumulators and independent FMA chains. AVX2:
 // at most 8, so they, the KK key vectors and one query vector fit its 16 registers.
 constexpr int KeysAtOnce(int G) {
@@ -103,6 +112,33 @@ HWY_INLINE __m512 Reduce16(const VF* a) {
 }
 #endif
 
+#if TBOOST_DECODE_REDUCE16
+// out[g·ostride + kk] = lane g·KK + kk of r (16 / KK rows of KK scores): plain stores of the
+// 128- or 256-bit blocks. Through a stored array GCC turned the copy into vpermd with index
+// vectors it kept in registers across the dot loop, which then spilled its key vectors (G = 8:
+// a stack reload for every vdpbf16ps); masked stores (one per row) were slower still on Zen 4.
+template <int KK>
+HWY_INLINE void StoreRowsOf16(__m512 r, float* HWY_RESTRICT out, int64_t ostride) {
+  if constexpr (KK == 16) {
+    _mm512_storeu_ps(out, r);
+  } else if constexpr (KK == 8) {
+    _mm256_storeu_ps(out, _mm512_castps512_ps256(r));
+    _mm256_storeu_ps(out + ostride, _mm512_extractf32x8_ps(r, 1));
+  } else {
+    const __m128 b[4] = {_mm512_castps512_ps128(r), _mm512_extractf32x4_ps(r, 1),
+                         _mm512_extractf32x4_ps(r, 2), _mm512_extractf32x4_ps(r, 3)};
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (KK == 4) {
+        _mm_storeu_ps(out + i * ostride, b[i]);
+      } else {  // KK == 2
+        _mm_storel_pi(reinterpret_cast<__m64*>(out + 2 * i * ostride), b[i]);
+        _mm_storeh_pi(reinterpret_cast<__m64*>(out + (2 * i + 1) * ostride), b[i]);
+      }
+    }
+  }
+}
+#endif
+
 // out[g·ostride + kk] = scale · (the lane sum of acc[g][kk]).
 template <int G, int KK>
 HWY_INLINE void StoreScores(const VF (&acc)[G][KK], float scale, float* HWY_RESTRICT out,
@@ -113,10 +149,8 @@ HWY_INLINE void StoreScores(const VF (&acc)[G][KK], float scale, float* HWY_REST
     // f = g·KK + kk = 4j + m, so the result's lanes are the scores in (g, kk) order.
     VF a[16];
     for (int f = 0; f < 16; ++f) a[(f % 4) * 4 + f / 4] = acc[f / KK][f % KK];
-    HWY_ALIGN float r[16];
-    _mm512_store_ps(r, _mm512_mul_ps(Reduce16(a), _mm512_set1_ps(scale)));
-    for (int g = 0; g < G; ++g)
-      for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = r[g * KK + kk];
+    const __m512 r = _mm512_mul_ps(Reduce16(a), _mm512_set1_ps(scale));
+    StoreRowsOf16<KK>(r, out, ostride);
     return;
   }
 #endif
@@ -238,15 +272,15 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
     const uint32_t* k[KK];
     for (int kk = 0; kk < KK; ++kk) k[kk] = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
     for (int64_t p = 0; p < P; p += 16) {
-      __m512i kv[KK];
+      __m512bh kv[KK];
 #pragma GCC unroll 16
-      for (int kk = 0; kk < KK; ++kk) kv[kk] = _mm512_loadu_si512(k[kk] + p);
+      for (int kk = 0; kk < KK; ++kk) kv[kk] = (__m512bh)_mm512_loadu_si512(k[kk] + p);
 #pragma GCC unroll 16
       for (int g = 0; g < G; ++g) {
         const __m512bh q = (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p);
 #pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk)
-          acc[g][kk].raw = _mm512_dpbf16_ps(acc[g][kk].raw, q, (__m512bh)kv[kk]);
+          acc[g][kk].raw = _mm512_dpbf16_ps(acc[g][kk].raw, q, kv[kk]);
       }
     }
   }
@@ -441,6 +475,54 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PermuteOut(const PvLanes& a, float* HWY_RES
   _mm512_storeu_ps(o + 16, _mm512_shuffle_f32x4(t1, t1, 0xD8));
 }
 
+// One pass of PvPairs: exactly GB query rows (a compile-time count: with a run-time count of
+// live rows the partial last pass of G = 3, 5, 6, 7 kept 70-140 vectors on the stack).
+template <int GB, int XB>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_t row_bytes,
+                                            int64_t npairs, int64_t X,
+                                            const uint16_t* HWY_RESTRICT pb, int64_t ldp,
+                                            float* HWY_RESTRICT os, int64_t ostride) {
+  for (int64_t x0 = 0; x0 < X; x0 += XB) {
+    PvLanes acc[GB][XB];
+#pragma GCC unroll 16
+    for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 16
+      for (int xb = 0; xb < XB; ++xb) acc[g][xb] = PermuteIn(os + g * ostride + (x0 + xb) * 32);
+    for (int64_t q = 0; q < npairs; ++q) {
+      const char* r0 = row + 2 * q * row_bytes;
+      const char* r1 = r0 + row_bytes;
+      // Loaded as 16-bit lanes, the unpacks' own type: through _mm512_loadu_si512 GCC stored
+      // each vector to the stack and unpacked it from there.
+      __m512i a[XB], b[XB];
+#pragma GCC unroll 16
+      for (int xb = 0; xb < XB; ++xb) a[xb] = _mm512_loadu_epi16(r0 + (x0 + xb) * 64);
+#pragma GCC unroll 16
+      for (int xb = 0; xb < XB; ++xb) b[xb] = _mm512_loadu_epi16(r1 + (x0 + xb) * 64);
+      __m512bh pp[GB];
+#pragma GCC unroll 16
+      for (int g = 0; g < GB; ++g) {
+        uint32_t pair;
+        std::memcpy(&pair, pb + g * ldp + 2 * q, sizeof pair);
+        pp[g] = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      }
+#pragma GCC unroll 16
+      for (int xb = 0; xb < XB; ++xb) {
+        const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a[xb], b[xb]);
+        const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(a[xb], b[xb]);
+#pragma GCC unroll 16
+        for (int g = 0; g < GB; ++g) {
+          acc[g][xb].lo = _mm512_dpbf16_ps(acc[g][xb].lo, pp[g], lo);
+          acc[g][xb].hi = _mm512_dpbf16_ps(acc[g][xb].hi, pp[g], hi);
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 16
+      for (int xb = 0; xb < XB; ++xb) PermuteOut(acc[g][xb], os + g * ostride + (x0 + xb) * 32);
+  }
+}
+
 // os[g·ostride + x] += sum over the pairs q < npairs of value rows 2q, 2q + 1 (row_bytes apart)
 // weighted by the bf16 pair at pb[g·ldp + 2q], for the G query rows and the XB·32 features at
 // x0 (every XB-chunk of X = Dv / 32). Outputs of GB rows x XB chunks (16 registers) stay in
@@ -451,49 +533,13 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
                                              int64_t npairs, int64_t X,
                                              const uint16_t* HWY_RESTRICT pb, int64_t ldp,
                                              float* HWY_RESTRICT os, int64_t ostride) {
-  constexpr int GB = std::max(1, std::min(G, 8 / XB));
-  for (int g0 = 0; g0 < G; g0 += GB) {
-    const int gn = std::min(GB, G - g0);
-    for (int64_t x0 = 0; x0 < X; x0 += XB) {
-      PvLanes acc[GB][XB];
-#pragma GCC unroll 16
-      for (int g = 0; g < GB; ++g)
-#pragma GCC unroll 16
-        for (int xb = 0; xb < XB; ++xb)
-          acc[g][xb] = g < gn ? PermuteIn(os + (g0 + g) * ostride + (x0 + xb) * 32)
-                              : PvLanes{_mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (int64_t q = 0; q < npairs; ++q) {
-        const char* r0 = row + 2 * q * row_bytes;
-        const char* r1 = r0 + row_bytes;
-        __m512i a[XB], b[XB];
-#pragma GCC unroll 16
-        for (int xb = 0; xb < XB; ++xb) a[xb] = _mm512_loadu_si512(r0 + (x0 + xb) * 64);
-#pragma GCC unroll 16
-        for (int xb = 0; xb < XB; ++xb) b[xb] = _mm512_loadu_si512(r1 + (x0 + xb) * 64);
-        __m512i pp[GB];
-#pragma GCC unroll 16
-        for (int g = 0; g < GB; ++g) {
-          uint32_t pair = 0;
-          if (g < gn) std::memcpy(&pair, pb + (g0 + g) * ldp + 2 * q, sizeof pair);
-          pp[g] = _mm512_set1_epi32(static_cast<int>(pair));
-        }
-#pragma GCC unroll 16
-        for (int xb = 0; xb < XB; ++xb) {
-          const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a[xb], b[xb]);
-          const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(a[xb], b[xb]);
-#pragma GCC unroll 16
-          for (int g = 0; g < GB; ++g) {
-            acc[g][xb].lo = _mm512_dpbf16_ps(acc[g][xb].lo, (__m512bh)pp[g], lo);
-            acc[g][xb].hi = _mm512_dpbf16_ps(acc[g][xb].hi, (__m512bh)pp[g], hi);
-          }
-        }
-      }
-      for (int g = 0; g < gn; ++g)
-#pragma GCC unroll 16
-        for (int xb = 0; xb < XB; ++xb)
-          PermuteOut(acc[g][xb], os + (g0 + g) * ostride + (x0 + xb) * 32);
-    }
-  }
+  constexpr int GB = std::max(1, std::min(G, 8 / XB)), kFull = G / GB, kRest = G % GB;
+  for (int i = 0; i < kFull; ++i)
+    PvPass<GB, XB>(row, row_bytes, npairs, X, pb + i * GB * ldp, ldp, os + i * GB * ostride,
+                   ostride);
+  if constexpr (kRest > 0)
+    PvPass<kRest, XB>(row, row_bytes, npairs, X, pb + kFull * GB * ldp, ldp,
+                      os + kFull * GB * ostride, ostride);
 }
 
 // The value rows of a span (n rows, Dv a multiple of 32) in blocks of pairs; an odd
@@ -580,6 +626,12 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
   // The pairs take the space of the f32 rows: G rows of D / 2 u32, Dp / 2 apart.
   uint32_t* q2 = reinterpret_cast<uint32_t*>(sc.qs);
   const int64_t ldq2 = Dp / 2;
+  // The dots score Gd >= G rows, the extra ones zero queries whose scores nothing reads.
+  const int64_t Gd = DotRowsFor(G);
+  if (dp)
+    std::memset(q2 + G * ldq2, 0, static_cast<size_t>((Gd - G) * ldq2) * sizeof(uint32_t));
+  else
+    std::memset(sc.qs + G * Dp, 0, static_cast<size_t>((Gd - G) * Dp) * sizeof(float));
   for (int64_t g = 0; g < G; ++g) {
     if (dp) {
       std::memcpy(q2 + g * ldq2, rows[g].q, static_cast<size_t>(D) * sizeof(bf16_t));
@@ -607,11 +659,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
     kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
       if (dp)
-        return dp_dots[static_cast<size_t>(G - 1)](row, kr.row_bytes, n, D, q2, ldq2, qscale,
-                                                   sc.s + (j - s0), kDecodeSub);
+        return dp_dots[static_cast<size_t>(Gd - 1)](row, kr.row_bytes, n, D, q2, ldq2, qscale,
+                                                    sc.s + (j - s0), kDecodeSub);
 #endif
-      dots[static_cast<size_t>(G - 1)](row, kr.row_bytes, n, D, Dp, sc.qs, sc.s + (j - s0),
-                                       kDecodeSub);
+      dots[static_cast<size_t>(Gd - 1)](row, kr.row_bytes, n, D, Dp, sc.qs, sc.s + (j - s0),
+                                        kDecodeSub);
     });
     // Mask, then the online softmax per row (vectorized over keys).
     for (int64_t g = 0; g < G; ++g) {
@@ -687,32 +739,39 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       (reinterpret_cast<uintptr_t>(ws + static_cast<size_t>(std::max(1, a.threads)) * per) + 63) &
       ~uintptr_t{63});
   const float qscale = a.scale * kLog2e;
-  auto rows_of = [&](int64_t b, int64_t kvh, const Seq& s, DecodeRowInfo* rows) {
+  // Query rows [r0, r1) of kv head kvh (row hl·sq + i: q head kvh·g + hl, token i).
+  auto rows_of = [&](int64_t b, int64_t kvh, const Seq& s, int64_t r0, int64_t r1,
+                     DecodeRowInfo* rows) {
     const Visibility vis = VisibilityOf(a, s.sq, s.sk);
-    for (int64_t hl = 0; hl < g; ++hl) {
-      const int64_t h = kvh * g + hl;
-      for (int64_t i = 0; i < s.sq; ++i) {
-        DecodeRowInfo& r = rows[hl * s.sq + i];
-        r.q = static_cast<const char*>(a.q) +
-              (QOff(a, b, h, a.q_sb, a.q_sh, a.q_ss) + i * a.q_ss) * qes;
-        r.pos = i + vis.offset;
-        r.lo = std::max<int64_t>(0, vis.lo(i));
-        r.hi = vis.hi(i, s.sk);
-        r.slope2 = a.alibi ? a.alibi[h] * kLog2e : 0.0f;
-        r.mask = a.mask ? a.mask + b * a.mask_sb + i * a.mask_si : nullptr;
-      }
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t hl = r / s.sq, i = r % s.sq, h = kvh * g + hl;
+      DecodeRowInfo& ri = rows[r - r0];
+      ri.q = static_cast<const char*>(a.q) +
+             (QOff(a, b, h, a.q_sb, a.q_sh, a.q_ss) + i * a.q_ss) * qes;
+      ri.pos = i + vis.offset;
+      ri.lo = std::max<int64_t>(0, vis.lo(i));
+      ri.hi = vis.hi(i, s.sk);
+      ri.slope2 = a.alibi ? a.alibi[h] * kLog2e : 0.0f;
+      ri.mask = a.mask ? a.mask + b * a.mask_sb + i * a.mask_si : nullptr;
     }
   };
-  const int64_t ntasks = first.back() * a.kv_heads;  // task t: chunk t / Hkv, kv head t % Hkv
+  // Task t: chunk t / (Hkv·NG), kv head (t / NG) % Hkv, row group t % NG. A kv head's groups
+  // are consecutive tasks, so the threads read the same chunk at about the same time: it comes
+  // from DRAM once and from the shared L3 for the other groups.
+  const int64_t NG = DecodeGroups(Gmax);
+  const int64_t ntasks = first.back() * a.kv_heads * NG;
   RunTasks(a.threads, a.ftz, ntasks, ws, per, [&](int64_t t, char* mine) {
-    const int64_t chunk = t / a.kv_heads, kvh = t % a.kv_heads;
+    const int64_t grp = t % NG, ck = t / NG;
+    const int64_t chunk = ck / a.kv_heads, kvh = ck % a.kv_heads;
     const int64_t b = std::upper_bound(first.begin(), first.end(), chunk) - first.begin() - 1;
     const int64_t c = chunk - first[static_cast<size_t>(b)];
     const Seq s = SeqOf(a, b);
+    const int64_t r0 = grp * kMaxDecodeRows, r1 = std::min(g * s.sq, r0 + kMaxDecodeRows);
+    if (r0 >= r1) return;  // a shorter sequence of a varlen batch has fewer groups
     DecodeRowInfo rows[kMaxDecodeRows];
-    rows_of(b, kvh, s, rows);
-    const int64_t G = g * s.sq;
-    float* part = parts + t * Gmax * P;
+    rows_of(b, kvh, s, r0, r1, rows);
+    const int64_t G = r1 - r0;
+    float* part = parts + (ck * Gmax + r0) * P;
     const int64_t c0 = std::min(s.sk, c * kDecodeChunk), c1 = std::min(s.sk, c0 + kDecodeChunk);
     char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mine) + 63) & ~uintptr_t{63});
     DecodeScratch sc;
@@ -723,7 +782,6 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     sc.row = reinterpret_cast<float*>(p);
     p += Align64(static_cast<size_t>(std::max(D, Dv)) * sizeof(float));
     sc.pb = reinterpret_cast<uint16_t*>(p);
-    if (G == 0) return;
     const KvRows kr = KvOf(a, false, b, kvh), vr = KvOf(a, true, b, kvh);
     switch (a.kv_dtype) {
       case DType::kF32:
