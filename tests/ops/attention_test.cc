@@ -946,6 +946,13 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 128, .threads = 2});
   add({.cache_dtype = bf16, .ctx = {700, 1}, .Sq = 1, .Hq = 14, .Hkv = 2, .D = 64,
        .block_size = 16});
+  // Several kv heads per decode task (their rows sit side by side in each page): MHA with 8
+  // heads over 8 chunks, GQA-2 (4 heads per task), 5 kv heads in tasks of 3 and 2.
+  add({.ctx = {2100, 700, 1}, .Sq = 1, .Hq = 8, .Hkv = 8, .D = 64, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1500}, .Sq = 1, .Hq = 16, .Hkv = 8,
+       .D = 128});
+  add({.cache_dtype = bf16, .ctx = {900, 50}, .Sq = 1, .Hq = 10, .Hkv = 5, .D = 40,
+       .block_size = 7, .wl = 600});
   // Sliding window.
   add({.ctx = {37, 300, 1500}, .Sq = 3, .Hq = 4, .Hkv = 2, .D = 64, .wl = 50, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {3, 90}, .Sq = 3, .Hq = 2, .Hkv = 1,

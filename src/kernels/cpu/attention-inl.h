@@ -41,6 +41,9 @@ constexpr int kV = 2;
 // up to kMaxDecodeRows query tokens per sequence takes the decode path whatever the group size:
 // the g·Sq rows of a kv head are split into groups of at most this many rows, one task each.
 constexpr int64_t kMaxDecodeRows = 8;
+// Query rows of all the kv heads a decode task takes at once (heads whose rows are near each
+// other, as in a paged cache's pages: DecodeForward): its scratch holds this many rows.
+constexpr int64_t kDecodeTaskRows = 32;
 // Keys scored at once in a decode task: a whole chunk, so the task reads its K rows and then
 // its V rows as two long sequential streams (with 128 it switched between them every 128 rows,
 // and MHA decode read at 0.60-0.71 of a plain read in the host's fast memory mode, 0.69-0.78
@@ -269,7 +272,7 @@ inline int64_t ChunksBound(const AttentionArgs& a) {
 }
 inline size_t DecodeScratchBytes(const AttentionArgs& a) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  const int64_t G = kMaxDecodeRows, f = sizeof(float);
+  const int64_t G = kDecodeTaskRows, f = sizeof(float);
   return Align64(static_cast<size_t>(G * RoundUp(a.head_dim, N) * f)) +
          Align64(static_cast<size_t>(G * kDecodeSub * f)) +
          Align64(static_cast<size_t>(std::max(a.head_dim, a.v_head_dim) * f)) +

@@ -53,6 +53,9 @@ struct DecodeScratch {
 constexpr int kSeqMaxG = 4;
 constexpr int kSeqMaxGDp = 2;
 constexpr int64_t kPrefetchBytes = 8 << 10;
+// Adjacent kv heads' rows at most this far apart: a decode task takes several heads at once
+// (DecodeForward).
+constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
   return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
 }
@@ -592,8 +595,9 @@ constexpr std::array<DotFn<TK>, sizeof...(I)> DotTable(std::integer_sequence<int
   return {&DotSpan<TK, I + 1>...};
 }
 
-// Decode task: query rows r = hl·sq + i (hl: q head within the kv head's group) of one
-// (sequence, kv head), keys [c0, c1). Writes G partials (m, l, O) at `part`.
+// Decode task: nh adjacent kv heads (kv head kvh0 + hh) of one sequence, G query rows of each
+// (rows[hh·G + r]: row r = hl·sq + i of the head's group), keys [c0, c1). Head hh's rows are
+// head_bytes (K: kr, V: vr) after head 0's; its G partials (m, l, O) go to part[hh].
 struct DecodeRowInfo {
   const char* q;
   int64_t pos;     // the query's position on the key axis
@@ -603,9 +607,10 @@ struct DecodeRowInfo {
 };
 
 template <class TK>
-void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, int64_t G, int64_t D,
-                int64_t Dv, int64_t c0, int64_t c1, float qscale, DType qdtype,
-                const DecodeScratch& sc, float* part) {
+void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_bytes,
+                int64_t v_head_bytes, const DecodeRowInfo* rows, int64_t G, int64_t D, int64_t Dv,
+                int64_t c0, int64_t c1, float qscale, DType qdtype, const DecodeScratch& sc,
+                float* const* part) {
   static constexpr auto dots = DotTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
   static constexpr auto axpys = AxpyTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
   const DF d;
@@ -623,31 +628,36 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
 #else
   const bool dp = false, dp_pv = false;
 #endif
-  // The pairs take the space of the f32 rows: G rows of D / 2 u32, Dp / 2 apart.
+  // The pairs take the space of the f32 rows: rows of D / 2 u32, Dp / 2 apart.
   uint32_t* q2 = reinterpret_cast<uint32_t*>(sc.qs);
   const int64_t ldq2 = Dp / 2;
-  // The dots score Gd >= G rows, the extra ones zero queries whose scores nothing reads.
+  // The dots score Gd >= G rows per head, the extra ones zero queries whose scores nothing
+  // reads. Head hh's query and score rows start at row hh·Gd (nh·Gd <= kDecodeTaskRows).
   const int64_t Gd = DotRowsFor(G);
-  if (dp)
-    std::memset(q2 + G * ldq2, 0, static_cast<size_t>((Gd - G) * ldq2) * sizeof(uint32_t));
-  else
-    std::memset(sc.qs + G * Dp, 0, static_cast<size_t>((Gd - G) * Dp) * sizeof(float));
-  for (int64_t g = 0; g < G; ++g) {
-    if (dp) {
-      std::memcpy(q2 + g * ldq2, rows[g].q, static_cast<size_t>(D) * sizeof(bf16_t));
-    } else {
-      convert(sc.row, DType::kF32, rows[g].q, qdtype, D);
-      float* q = sc.qs + g * Dp;
-      for (int64_t x = 0; x < Dp; ++x) q[x] = x < D ? sc.row[x] * qscale : 0.0f;
+  for (int64_t hh = 0; hh < nh; ++hh) {
+    const int64_t r0 = hh * Gd;
+    if (dp)
+      std::memset(q2 + (r0 + G) * ldq2, 0, static_cast<size_t>((Gd - G) * ldq2) * sizeof(uint32_t));
+    else
+      std::memset(sc.qs + (r0 + G) * Dp, 0, static_cast<size_t>((Gd - G) * Dp) * sizeof(float));
+    for (int64_t g = 0; g < G; ++g) {
+      const DecodeRowInfo& ri = rows[hh * G + g];
+      if (dp) {
+        std::memcpy(q2 + (r0 + g) * ldq2, ri.q, static_cast<size_t>(D) * sizeof(bf16_t));
+      } else {
+        convert(sc.row, DType::kF32, ri.q, qdtype, D);
+        float* q = sc.qs + (r0 + g) * Dp;
+        for (int64_t x = 0; x < Dp; ++x) q[x] = x < D ? sc.row[x] * qscale : 0.0f;
+      }
+      float* pr = part[hh] + g * P;
+      pr[0] = kNegInf;
+      pr[1] = 0.0f;
+      std::fill(pr + 2, pr + 2 + Dvp, 0.0f);
     }
-    float* pr = part + g * P;
-    pr[0] = kNegInf;
-    pr[1] = 0.0f;
-    std::fill(pr + 2, pr + 2 + Dvp, 0.0f);
   }
   // Keys any row may see.
   int64_t lo = c1, hi = c0 - 1;
-  for (int64_t g = 0; g < G; ++g) {
+  for (int64_t g = 0; g < nh * G; ++g) {
     lo = std::min(lo, rows[g].lo);
     hi = std::max(hi, rows[g].hi);
   }
@@ -656,69 +666,84 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, const DecodeRowInfo* rows, i
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
     const int64_t s1 = std::min(hi + 1, s0 + kDecodeSub);
     const int64_t ns = s1 - s0;
+    // Per span (a page of a paged cache), the heads one after the other: their rows are
+    // adjacent there, so the task reads the page front to back.
     kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const char* hrow = row + hh * k_head_bytes;
+        float* out = sc.s + hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-      if (dp)
-        return dp_dots[static_cast<size_t>(Gd - 1)](row, kr.row_bytes, n, D, q2, ldq2, qscale,
-                                                    sc.s + (j - s0), kDecodeSub);
-#endif
-      dots[static_cast<size_t>(Gd - 1)](row, kr.row_bytes, n, D, Dp, sc.qs, sc.s + (j - s0),
-                                        kDecodeSub);
-    });
-    // Mask, then the online softmax per row (vectorized over keys).
-    for (int64_t g = 0; g < G; ++g) {
-      float* s = sc.s + g * kDecodeSub;
-      const DecodeRowInfo& ri = rows[g];
-      const bool plain = s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
-      for (int64_t jj = 0; jj < (plain ? 0 : ns); ++jj) {  // the common case needs no pass
-        const int64_t j = s0 + jj;
-        if (j < ri.lo || j > ri.hi) {
-          s[jj] = kNegInf;
+        if (dp) {
+          dp_dots[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, q2 + hh * Gd * ldq2, ldq2,
+                                               qscale, out, kDecodeSub);
           continue;
         }
-        if (ri.slope2 != 0.0f) s[jj] -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
-        if (ri.mask) s[jj] += MaskLog2(ri.mask[j]);
+#endif
+        dots[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, Dp, sc.qs + hh * Gd * Dp, out,
+                                          kDecodeSub);
       }
-      float* pr = part + g * P;
-      VF mb = hn::Set(d, kNegInf);
-      int64_t jj = 0;
-      for (; jj + N <= ns; jj += N) mb = hn::Max(mb, hn::LoadU(d, s + jj));
-      if (jj < ns) mb = hn::Max(mb, LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf));
-      const float mnew = std::max(pr[0], ReduceMaxF(d, mb));
-      const float msafe = mnew == kNegInf ? 0.0f : mnew;
-      const float alpha = pr[0] == kNegInf ? 0.0f : std::exp2(pr[0] - msafe);
-      VF sum = hn::Zero(d);
-      const VF ms = hn::Set(d, msafe);
-      for (jj = 0; jj + N <= ns; jj += N) {
-        const VF p = Exp2(d, hn::Sub(hn::LoadU(d, s + jj), ms));
-        hn::StoreU(p, d, s + jj);
-        sum = hn::Add(sum, p);
-      }
-      if (jj < ns) {
-        const VF p =
-            Exp2(d, hn::Sub(LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf), ms));
-        StoreTailF(d, p, s + jj, static_cast<size_t>(ns - jj));
-        sum = hn::Add(sum, p);
-      }
-      pr[0] = mnew;
-      pr[1] = pr[1] * alpha + ReduceSumF(d, sum);
-      if (alpha != 1.0f) {
-        const VF al = hn::Set(d, alpha);
-        for (int64_t x = 0; x < Dvp; x += N)
-          hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
+    });
+    // Mask, then the online softmax per row (vectorized over keys).
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t g = 0; g < G; ++g) {
+        float* s = sc.s + (hh * Gd + g) * kDecodeSub;
+        const DecodeRowInfo& ri = rows[hh * G + g];
+        const bool plain = s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
+        for (int64_t jj = 0; jj < (plain ? 0 : ns); ++jj) {  // the common case needs no pass
+          const int64_t j = s0 + jj;
+          if (j < ri.lo || j > ri.hi) {
+            s[jj] = kNegInf;
+            continue;
+          }
+          if (ri.slope2 != 0.0f) s[jj] -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
+          if (ri.mask) s[jj] += MaskLog2(ri.mask[j]);
+        }
+        float* pr = part[hh] + g * P;
+        VF mb = hn::Set(d, kNegInf);
+        int64_t jj = 0;
+        for (; jj + N <= ns; jj += N) mb = hn::Max(mb, hn::LoadU(d, s + jj));
+        if (jj < ns) mb = hn::Max(mb, LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf));
+        const float mnew = std::max(pr[0], ReduceMaxF(d, mb));
+        const float msafe = mnew == kNegInf ? 0.0f : mnew;
+        const float alpha = pr[0] == kNegInf ? 0.0f : std::exp2(pr[0] - msafe);
+        VF sum = hn::Zero(d);
+        const VF ms = hn::Set(d, msafe);
+        for (jj = 0; jj + N <= ns; jj += N) {
+          const VF p = Exp2(d, hn::Sub(hn::LoadU(d, s + jj), ms));
+          hn::StoreU(p, d, s + jj);
+          sum = hn::Add(sum, p);
+        }
+        if (jj < ns) {
+          const VF p =
+              Exp2(d, hn::Sub(LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf), ms));
+          StoreTailF(d, p, s + jj, static_cast<size_t>(ns - jj));
+          sum = hn::Add(sum, p);
+        }
+        pr[0] = mnew;
+        pr[1] = pr[1] * alpha + ReduceSumF(d, sum);
+        if (alpha != 1.0f) {
+          const VF al = hn::Set(d, alpha);
+          for (int64_t x = 0; x < Dvp; x += N)
+            hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
+        }
+        if (dp_pv)  // the weights as bf16, rounded to nearest even
+          convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, s, DType::kF32, ns);
       }
     }
-    if (dp_pv)  // the weights as bf16, rounded to nearest even
-      for (int64_t g = 0; g < G; ++g)
-        convert(sc.pb + g * kDecodeSub, DType::kBF16, sc.s + g * kDecodeSub, DType::kF32, ns);
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const char* hrow = row + hh * v_head_bytes;
+        const int64_t off = hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-      if (dp_pv)
-        return dp_axpys[static_cast<size_t>(G - 1)](row, vr.row_bytes, n, Dv, sc.pb + (j - s0),
-                                                    sc.s + (j - s0), kDecodeSub, part + 2, P);
+        if (dp_pv) {
+          dp_axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.pb + off, sc.s + off,
+                                               kDecodeSub, part[hh] + 2, P);
+          continue;
+        }
 #endif
-      axpys[static_cast<size_t>(G - 1)](row, vr.row_bytes, n, Dv, sc.s + (j - s0), kDecodeSub,
-                                        part + 2, P);
+        axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub,
+                                          part[hh] + 2, P);
+      }
     });
   }
 }
@@ -755,41 +780,60 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       ri.mask = a.mask ? a.mask + b * a.mask_sb + i * a.mask_si : nullptr;
     }
   };
-  // Task t: chunk t / (Hkv·NG), kv head (t / NG) % Hkv, row group t % NG. A kv head's groups
-  // are consecutive tasks, so the threads read the same chunk at about the same time: it comes
-  // from DRAM once and from the shared L3 for the other groups.
+  // Task t: chunk t / (HG·NG), kv heads [NH·((t / NG) % HG), +NH), row group t % NG. A kv
+  // head's groups are consecutive tasks, so the threads read a chunk at about the same time:
+  // it comes from DRAM once and from the shared L3 for the other groups.
+  // Where the kv heads of a key are near each other (paged caches, whose pages hold every head's
+  // rows of a block of keys; rows of all heads), a task takes NH heads at once and reads each
+  // page front to back. One head per task read a 16-key page as 4-8 KiB pieces 64-256 KiB apart,
+  // and streamed at 0.55 of the read (vLLM's 16-token pages) against 0.95 for 256-token pages.
   const int64_t NG = DecodeGroups(Gmax);
-  const int64_t ntasks = first.back() * a.kv_heads * NG;
+  const int64_t es = static_cast<int64_t>(dtype_size(a.kv_dtype));
+  const int64_t k_head_bytes = a.k_sh * es, v_head_bytes = a.v_sh * es;
+  const bool near = std::max(k_head_bytes, v_head_bytes) <= kDecodeNearHeadBytes;
+  // As many heads as the task's rows allow, but no fewer than 4 tasks per thread while halving
+  // can keep that.
+  int64_t NH = NG == 1 && near ? std::min(a.kv_heads, kDecodeTaskRows / DotRowsFor(Gmax)) : 1;
+  while (NH > 1 && first.back() * ((a.kv_heads + NH - 1) / NH) < 4 * std::max(1, a.threads))
+    NH = (NH + 1) / 2;
+  const int64_t HG = (a.kv_heads + NH - 1) / NH;
+  const int64_t ntasks = first.back() * HG * NG;
   RunTasks(a.threads, a.ftz, ntasks, ws, per, [&](int64_t t, char* mine) {
     const int64_t grp = t % NG, ck = t / NG;
-    const int64_t chunk = ck / a.kv_heads, kvh = ck % a.kv_heads;
+    const int64_t chunk = ck / HG, kvh0 = ck % HG * NH, nh = std::min(NH, a.kv_heads - kvh0);
     const int64_t b = std::upper_bound(first.begin(), first.end(), chunk) - first.begin() - 1;
     const int64_t c = chunk - first[static_cast<size_t>(b)];
     const Seq s = SeqOf(a, b);
     const int64_t r0 = grp * kMaxDecodeRows, r1 = std::min(g * s.sq, r0 + kMaxDecodeRows);
     if (r0 >= r1) return;  // a shorter sequence of a varlen batch has fewer groups
-    DecodeRowInfo rows[kMaxDecodeRows];
-    rows_of(b, kvh, s, r0, r1, rows);
     const int64_t G = r1 - r0;
-    float* part = parts + (ck * Gmax + r0) * P;
+    DecodeRowInfo rows[kDecodeTaskRows];
+    float* part[kDecodeTaskRows];
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      rows_of(b, kvh0 + hh, s, r0, r1, rows + hh * G);
+      part[hh] = parts + ((chunk * a.kv_heads + kvh0 + hh) * Gmax + r0) * P;
+    }
     const int64_t c0 = std::min(s.sk, c * kDecodeChunk), c1 = std::min(s.sk, c0 + kDecodeChunk);
     char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mine) + 63) & ~uintptr_t{63});
     DecodeScratch sc;
     sc.qs = reinterpret_cast<float*>(p);
-    p += Align64(static_cast<size_t>(kMaxDecodeRows * RoundUp(D, N)) * sizeof(float));
+    p += Align64(static_cast<size_t>(kDecodeTaskRows * RoundUp(D, N)) * sizeof(float));
     sc.s = reinterpret_cast<float*>(p);
-    p += Align64(static_cast<size_t>(kMaxDecodeRows * kDecodeSub) * sizeof(float));
+    p += Align64(static_cast<size_t>(kDecodeTaskRows * kDecodeSub) * sizeof(float));
     sc.row = reinterpret_cast<float*>(p);
     p += Align64(static_cast<size_t>(std::max(D, Dv)) * sizeof(float));
     sc.pb = reinterpret_cast<uint16_t*>(p);
-    const KvRows kr = KvOf(a, false, b, kvh), vr = KvOf(a, true, b, kvh);
+    const KvRows kr = KvOf(a, false, b, kvh0), vr = KvOf(a, true, b, kvh0);
     switch (a.kv_dtype) {
       case DType::kF32:
-        return DecodeTask<float>(kr, vr, rows, G, D, Dv, c0, c1, qscale, a.dtype, sc, part);
+        return DecodeTask<float>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1,
+                                 qscale, a.dtype, sc, part);
       case DType::kBF16:
-        return DecodeTask<bf16_t>(kr, vr, rows, G, D, Dv, c0, c1, qscale, a.dtype, sc, part);
+        return DecodeTask<bf16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1,
+                                  qscale, a.dtype, sc, part);
       default:
-        return DecodeTask<f16_t>(kr, vr, rows, G, D, Dv, c0, c1, qscale, a.dtype, sc, part);
+        return DecodeTask<f16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1,
+                                 qscale, a.dtype, sc, part);
     }
   });
   // Merge the chunks of each (sequence, kv head) by log-sum-exp.
