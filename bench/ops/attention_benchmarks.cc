@@ -17,6 +17,8 @@
 #include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
+#include <numeric>
+#include <random>
 #include <tuple>
 
 #include "bench/ops/runner.h"
@@ -205,12 +207,14 @@ void decode_cases(Runner& R) {
   struct Shp {
     int64_t H, Hkv, D;
     bool all_lengths;  // 512, 4096 and 16384 tokens, or 4096 only
+    int64_t page = 0;  // paged cache with pages of this many tokens (vLLM's 16), or contiguous
   };
   // MHA, GQA-4 (Llama-3-8B), GQA-8 (TinyLlama, Llama-3-70B) and MQA with 32 q heads. With g q
   // heads per kv head a decode does g / 2 FLOPs per byte of an f32 cache and g per byte of a
-  // bf16 one, so for large g the products, not DRAM, set the floor on a few cores.
-  const Shp shapes[] = {
-      {32, 32, 128, true}, {32, 8, 128, true}, {32, 4, 128, false}, {32, 1, 128, false}};
+  // bf16 one, so for large g the products, not DRAM, set the floor on a few cores. Then MHA and
+  // GQA-4 in a paged cache of 16-token pages, the pages in a shuffled order.
+  const Shp shapes[] = {{32, 32, 128, true}, {32, 8, 128, true},       {32, 4, 128, false},
+                        {32, 1, 128, false}, {32, 32, 128, false, 16}, {32, 8, 128, false, 16}};
   std::vector<int64_t> lengths = {512, 4096, 16384};
   if (R.opt.quick) lengths = {4096};
   const double total_target = R.opt.quick ? 256.0 * 1048576.0 : 1.25 * 1073741824.0;
@@ -218,27 +222,40 @@ void decode_cases(Runner& R) {
     for (const Shp& sh : shapes) {
       for (int64_t L : lengths) {
         if (!sh.all_lengths && L != 4096) continue;
-        const std::string name = std::string("decode_attention_") + dtype_name(cdt) + "cache" +
-                                 shape_tag({{"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D}, {"ctx", L}});
+        std::vector<std::pair<const char*, int64_t>> tag = {
+            {"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D}, {"ctx", L}};
+        if (sh.page) tag.push_back({"page", sh.page});
+        const std::string name =
+            std::string("decode_attention_") + dtype_name(cdt) + "cache" + shape_tag(tag);
         if (!R.want(name)) continue;
         const double es = static_cast<double>(dtype_size(cdt));
         const double kv_bytes = 2.0 * static_cast<double>(L * sh.Hkv * sh.D) * es;
         const int layers = static_cast<int>(std::ceil(total_target / kv_bytes));
-        // Contiguous caches of exactly L tokens: (1, Hkv, L, D) each, one per layer.
+        // Caches of exactly L tokens, one per layer: contiguous (1, Hkv, L, D), or paged
+        // (L / page, Hkv, page, D) with a block table that visits the pages shuffled.
         std::vector<std::unique_ptr<Call>> calls;
         std::vector<Tensor> keep;
         // q and o in the cache's dtype, as in a model of that dtype.
         Tensor q = filled(cdt, {1, 1, sh.H, sh.D}, 7);
         Tensor lens = Tensor::empty(DType::kI32, {1});
         lens.data_as<int32_t>()[0] = static_cast<int32_t>(L);
+        const int64_t pages = sh.page ? L / sh.page : 1, rows = sh.page ? sh.page : L;
+        Tensor table = Tensor::empty(DType::kI32, {1, pages});
+        std::vector<int32_t> order(static_cast<size_t>(pages));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), std::mt19937(5));
+        std::copy(order.begin(), order.end(), table.data_as<int32_t>());
         for (int l = 0; l < layers; ++l) {
-          Tensor kc = filled(cdt, {1, sh.Hkv, L, sh.D}, 100 + static_cast<uint32_t>(l));
-          Tensor vc = filled(cdt, {1, sh.Hkv, L, sh.D}, 200 + static_cast<uint32_t>(l));
+          Tensor kc = filled(cdt, {pages, sh.Hkv, rows, sh.D}, 100 + static_cast<uint32_t>(l));
+          Tensor vc = filled(cdt, {pages, sh.Hkv, rows, sh.D}, 200 + static_cast<uint32_t>(l));
           Tensor o = Tensor::empty(cdt, {1, 1, sh.H, sh.D});
           Tensor lse = Tensor::empty(DType::kF32, {1, sh.H, 1});
           PagedAttentionParam p;
-          p.paged = false;
-          calls.push_back(std::make_unique<Call>(p, std::vector<Tensor>{q, kc, vc, lens},
+          p.paged = sh.page > 0;
+          calls.push_back(std::make_unique<Call>(p,
+                                                 p.paged
+                                                     ? std::vector<Tensor>{q, kc, vc, lens, table}
+                                                     : std::vector<Tensor>{q, kc, vc, lens},
                                                  std::vector<Tensor>{o, lse}, R.ctx));
           keep.insert(keep.end(), {kc, vc, o, lse});
         }
@@ -260,7 +277,7 @@ void decode_cases(Runner& R) {
         Timing t, tu, tr;
         std::unique_ptr<UnfusedAttention> un;
         Tensor ou = Tensor::empty(DType::kF32, {1, 1, sh.H, sh.D});
-        if (cdt == DType::kF32) {
+        if (cdt == DType::kF32 && !sh.page) {
           un = std::make_unique<UnfusedAttention>(sh.Hkv, sh.H / sh.Hkv, 1, L, sh.D, true,
                                                   R.ctx.num_threads());
           auto unfused = [&] {
@@ -306,7 +323,9 @@ void decode_cases(Runner& R) {
             layers, kv_bytes / 1048576.0, layers * kv_bytes / 1073741824.0, read_gbps,
             R.lim.read_gbps,
             compute_s > tr.median ? "; floor: the FLOPs at the peak (slower than the read)" : "",
-            un ? "" : "; no unfused twin (oneDNN has no bf16 matmul on this CPU)");
+            un        ? ""
+            : sh.page ? "; no unfused twin (paged)"
+                      : "; no unfused twin (oneDNN has no bf16 matmul on this CPU)");
         r.note = note;
         R.emit(r);
       }
