@@ -19,12 +19,13 @@
 // Why our own micro-kernels rather than oneDNN: a library call per (Br x Bc) tile costs more
 // than the tile's arithmetic, and the online softmax must sit between the two products.
 //
-// Decode (DecodeTask): with few query rows per kv head (Sq · Hq/Hkv <= kMaxDecodeRows) a
-// tile of Br queries would be mostly padding and the products would be bound by broadcasts,
+// Decode (DecodeTask): with few query tokens per sequence (Sq <= kMaxDecodeRows) a tile of Br
+// queries of one head would be mostly padding and the products would be bound by broadcasts,
 // so each key row is instead streamed once and dotted with every query row of its kv head
-// (GQA heads share the read). The keys of each (sequence, kv head) are split into chunks
-// (flash-decoding) so that batch-1 decode keeps every thread busy; the chunks' partial
-// results (max, sum, unnormalized output) are merged by log-sum-exp at the end.
+// (GQA heads share the read; more than kMaxDecodeRows rows go in groups, a task each). The keys
+// of each (sequence, kv head) are split into chunks (flash-decoding) so that batch-1 decode
+// keeps every thread busy; the chunks' partial results (max, sum, unnormalized output) are
+// merged by log-sum-exp at the end.
 //
 // Tasks go to threads through an atomic counter, heaviest first (causal tiles near the end of
 // the sequence see the most keys). Every task is computed by one thread in a fixed order, so
