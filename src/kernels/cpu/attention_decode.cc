@@ -119,7 +119,9 @@ HWY_INLINE __m512 Reduce16(const VF* a) {
 // out[g·ostride + kk] = lane g·KK + kk of r (16 / KK rows of KK scores): plain stores of the
 // 128- or 256-bit blocks. Through a stored array GCC turned the copy into vpermd with index
 // vectors it kept in registers across the dot loop, which then spilled its key vectors (G = 8:
-// a stack reload for every vdpbf16ps); masked stores (one per row) were slower still on Zen 4.
+// a stack reload for every vdpbf16ps; objdump). No speed change was measured from removing that
+// (the reloads hit L1). Masked stores, one per row, took the most samples of the dot in a
+// profile.
 template <int KK>
 HWY_INLINE void StoreRowsOf16(__m512 r, float* HWY_RESTRICT out, int64_t ostride) {
   if constexpr (KK == 16) {
@@ -479,7 +481,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PermuteOut(const PvLanes& a, float* HWY_RES
 }
 
 // One pass of PvPairs: exactly GB query rows (a compile-time count: with a run-time count of
-// live rows the partial last pass of G = 3, 5, 6, 7 kept 70-140 vectors on the stack).
+// live rows, GCC moved vectors to and from the stack 70-140 times in the P·V of G = 3, 5, 6, 7).
 template <int GB, int XB>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_t row_bytes,
                                             int64_t npairs, int64_t X,
@@ -606,6 +608,50 @@ struct DecodeRowInfo {
   const float* mask;
 };
 
+// One row's scores s of keys [s0, s1) (base-2 logits): the row's mask, then the online softmax
+// against its partial pr = (m, l, O[Dvp]): s becomes exp2(s - m_new), l and O are rescaled.
+HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, float* HWY_RESTRICT s,
+                            float* HWY_RESTRICT pr, int64_t Dvp) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), ns = s1 - s0;
+  const bool plain = s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
+  for (int64_t jj = 0; jj < (plain ? 0 : ns); ++jj) {  // the common case needs no pass
+    const int64_t j = s0 + jj;
+    if (j < ri.lo || j > ri.hi) {
+      s[jj] = kNegInf;
+      continue;
+    }
+    if (ri.slope2 != 0.0f) s[jj] -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
+    if (ri.mask) s[jj] += MaskLog2(ri.mask[j]);
+  }
+  VF mb = hn::Set(d, kNegInf);
+  int64_t jj = 0;
+  for (; jj + N <= ns; jj += N) mb = hn::Max(mb, hn::LoadU(d, s + jj));
+  if (jj < ns) mb = hn::Max(mb, LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf));
+  const float mnew = std::max(pr[0], ReduceMaxF(d, mb));
+  const float msafe = mnew == kNegInf ? 0.0f : mnew;
+  const float alpha = pr[0] == kNegInf ? 0.0f : std::exp2(pr[0] - msafe);
+  VF sum = hn::Zero(d);
+  const VF ms = hn::Set(d, msafe);
+  for (jj = 0; jj + N <= ns; jj += N) {
+    const VF p = Exp2(d, hn::Sub(hn::LoadU(d, s + jj), ms));
+    hn::StoreU(p, d, s + jj);
+    sum = hn::Add(sum, p);
+  }
+  if (jj < ns) {
+    const VF p = Exp2(d, hn::Sub(LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf), ms));
+    StoreTailF(d, p, s + jj, static_cast<size_t>(ns - jj));
+    sum = hn::Add(sum, p);
+  }
+  pr[0] = mnew;
+  pr[1] = pr[1] * alpha + ReduceSumF(d, sum);
+  if (alpha != 1.0f) {
+    const VF al = hn::Set(d, alpha);
+    for (int64_t x = 0; x < Dvp; x += N)
+      hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
+  }
+}
+
 template <class TK>
 void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_bytes,
                 int64_t v_head_bytes, const DecodeRowInfo* rows, int64_t G, int64_t D, int64_t Dv,
@@ -683,52 +729,13 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
                                           kDecodeSub);
       }
     });
-    // Mask, then the online softmax per row (vectorized over keys).
-    for (int64_t hh = 0; hh < nh; ++hh) {
-      for (int64_t g = 0; g < G; ++g) {
-        float* s = sc.s + (hh * Gd + g) * kDecodeSub;
-        const DecodeRowInfo& ri = rows[hh * G + g];
-        const bool plain = s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
-        for (int64_t jj = 0; jj < (plain ? 0 : ns); ++jj) {  // the common case needs no pass
-          const int64_t j = s0 + jj;
-          if (j < ri.lo || j > ri.hi) {
-            s[jj] = kNegInf;
-            continue;
-          }
-          if (ri.slope2 != 0.0f) s[jj] -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
-          if (ri.mask) s[jj] += MaskLog2(ri.mask[j]);
-        }
-        float* pr = part[hh] + g * P;
-        VF mb = hn::Set(d, kNegInf);
-        int64_t jj = 0;
-        for (; jj + N <= ns; jj += N) mb = hn::Max(mb, hn::LoadU(d, s + jj));
-        if (jj < ns) mb = hn::Max(mb, LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf));
-        const float mnew = std::max(pr[0], ReduceMaxF(d, mb));
-        const float msafe = mnew == kNegInf ? 0.0f : mnew;
-        const float alpha = pr[0] == kNegInf ? 0.0f : std::exp2(pr[0] - msafe);
-        VF sum = hn::Zero(d);
-        const VF ms = hn::Set(d, msafe);
-        for (jj = 0; jj + N <= ns; jj += N) {
-          const VF p = Exp2(d, hn::Sub(hn::LoadU(d, s + jj), ms));
-          hn::StoreU(p, d, s + jj);
-          sum = hn::Add(sum, p);
-        }
-        if (jj < ns) {
-          const VF p =
-              Exp2(d, hn::Sub(LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf), ms));
-          StoreTailF(d, p, s + jj, static_cast<size_t>(ns - jj));
-          sum = hn::Add(sum, p);
-        }
-        pr[0] = mnew;
-        pr[1] = pr[1] * alpha + ReduceSumF(d, sum);
-        if (alpha != 1.0f) {
-          const VF al = hn::Set(d, alpha);
-          for (int64_t x = 0; x < Dvp; x += N)
-            hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
-        }
-        if (dp_pv)  // the weights as bf16, rounded to nearest even
-          convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, s, DType::kF32, ns);
-      }
+    // Mask, then the online softmax per row; the weights also as bf16 for the pair P·V.
+    for (int64_t r = 0; r < nh * G; ++r) {
+      const int64_t hh = r / G, g = r % G;
+      float* srow = sc.s + (hh * Gd + g) * kDecodeSub;
+      SoftmaxStep(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
+      if (dp_pv)  // rounded to nearest even
+        convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, srow, DType::kF32, ns);
     }
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
       for (int64_t hh = 0; hh < nh; ++hh) {
