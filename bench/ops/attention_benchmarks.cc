@@ -212,9 +212,12 @@ void decode_cases(Runner& R) {
   // MHA, GQA-4 (Llama-3-8B), GQA-8 (TinyLlama, Llama-3-70B) and MQA with 32 q heads. With g q
   // heads per kv head a decode does g / 2 FLOPs per byte of an f32 cache and g per byte of a
   // bf16 one, so for large g the products, not DRAM, set the floor on a few cores. Then MHA and
-  // GQA-4 in a paged cache of 16-token pages, the pages in a shuffled order.
+  // GQA-4 in a paged cache of 16-token pages, the pages in a shuffled order. Then head dim 64,
+  // where each key's fixed costs (the score's lane sum, the softmax) weigh twice as much per
+  // byte: GQA-4 (Llama-3.2-1B's 32 / 8 heads) and GQA-3 (SmolLM2-135M's 9 / 3).
   const Shp shapes[] = {{32, 32, 128, true}, {32, 8, 128, true},       {32, 4, 128, false},
-                        {32, 1, 128, false}, {32, 32, 128, false, 16}, {32, 8, 128, false, 16}};
+                        {32, 1, 128, false}, {32, 32, 128, false, 16}, {32, 8, 128, false, 16},
+                        {32, 8, 64, false},  {9, 3, 64, false}};
   std::vector<int64_t> lengths = {512, 4096, 16384};
   if (R.opt.quick) lengths = {4096};
   const double total_target = R.opt.quick ? 256.0 * 1048576.0 : 1.25 * 1073741824.0;

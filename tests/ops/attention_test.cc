@@ -469,6 +469,10 @@ std::vector<CaseSpec> self_attention_cases() {
   add({.dtype = bf16, .B = 2, .Sq = 1, .Sk = 600, .Hq = 6, .Hkv = 2, .D = 128, .threads = 2});
   add({.dtype = f16, .Sq = 1, .Sk = 530, .Hq = 10, .Hkv = 2, .D = 96, .mask = MaskKind::kSqSk,
        .threads = 2});
+  // The P·V's register tiles for 5+ rows on AVX-512 (4 rows x 4 vectors, then what is left):
+  // GQA-6 is 4 + 2 rows, Dv = 112 is 4 + 3 vectors.
+  add({.Sq = 1, .Sk = 777, .Hq = 12, .Hkv = 2, .D = 112, .causal = true, .wl = 500,
+       .threads = 2});
   // Long: many query and key tiles per thread; the f64 reference costs O(Sq * Sk * D).
   add({.Sq = 8192, .Sk = 8192, .Hq = 1, .Hkv = 1, .D = 32, .causal = true, .threads = 2});
   add({.dtype = bf16, .layout = L::kBNSD, .Sq = 1100, .Sk = 1100, .Hq = 2, .Hkv = 1, .D = 64,

@@ -423,7 +423,8 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
                          const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
                          int64_t ostride) {
   // Row by row up to kSeqMaxG query rows (in passes of AxpyKeysSeq's GB rows, the later passes
-  // from L1); more query rows per key are bound by their FMAs, and the sweep reads each row once.
+  // from L1); more query rows per key are bound by their FMAs: the sweep reads each row once
+  // (where AxpySpan's register tiles do not apply).
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   if constexpr (G <= kSeqMaxG) {  // AxpySequential(G, Dv) says the same
     if (Dv == 8 * N) return AxpyKeysSeq<TK, 8, G>(row, row_bytes, KK, p, pstride, os, ostride);
@@ -432,10 +433,91 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
   AxpyKeysSweep<TK, KK, G>(row, row_bytes, Dv, p, pstride, os, ostride);
 }
 
+// os[g·ostride + x0 + :XV·N] += sum over the n value rows t of p[g·pstride + t] · vrow_t, for
+// GR query rows: a GR x XV register tile that lives across the whole span (one load and one
+// store per span), each row's XV vectors loaded once for the GR rows. ahead > 0: the pass that
+// reads the span first prefetches each whole row that many rows ahead (later passes find the
+// rows in L2).
+template <class TK, int GR, int XV>
+HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n, int64_t ahead,
+                         int64_t vbytes, const float* HWY_RESTRICT p, int64_t pstride,
+                         float* HWY_RESTRICT os, int64_t ostride) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  VF acc[GR][XV];
+#pragma GCC unroll 16
+  for (int g = 0; g < GR; ++g)
+#pragma GCC unroll 16
+    for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
+  for (int64_t t = 0; t < n; ++t) {
+    if (ahead) PrefetchRow(row + (t + ahead) * row_bytes, vbytes);
+    const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
+    VF a[XV];
+#pragma GCC unroll 16
+    for (int x = 0; x < XV; ++x) a[x] = LoadF(d, v + x * N);
+#pragma GCC unroll 16
+    for (int g = 0; g < GR; ++g) {
+      const VF pg = hn::Set(d, p[g * pstride + t]);
+#pragma GCC unroll 16
+      for (int x = 0; x < XV; ++x) acc[g][x] = hn::MulAdd(pg, a[x], acc[g][x]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int g = 0; g < GR; ++g)
+#pragma GCC unroll 16
+    for (int x = 0; x < XV; ++x) hn::StoreU(acc[g][x], d, os + g * ostride + x * N);
+}
+
+// The tiles of GR query rows over whole vectors: XV = 4 (16 accumulators on AVX-512), then
+// the 1-3 vectors left.
+template <class TK, int GR>
+HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV,
+                             int64_t& ahead, int64_t vbytes, const float* p, int64_t pstride,
+                             float* os, int64_t ostride) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  int64_t x = 0;
+  for (; x + 4 <= OV; x += 4, ahead = 0)
+    AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n, ahead, vbytes, p, pstride,
+                        os + x * N, ostride);
+  const char* r = row + x * N * sizeof(TK);
+  switch (OV - x) {
+    case 3:
+      AxpyTile<TK, GR, 3>(r, row_bytes, n, ahead, vbytes, p, pstride, os + x * N, ostride);
+      break;
+    case 2:
+      AxpyTile<TK, GR, 2>(r, row_bytes, n, ahead, vbytes, p, pstride, os + x * N, ostride);
+      break;
+    case 1:
+      AxpyTile<TK, GR, 1>(r, row_bytes, n, ahead, vbytes, p, pstride, os + x * N, ostride);
+      break;
+    default:
+      return;
+  }
+  ahead = 0;
+}
+
 template <class TK, int G>
 HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
                            const float* p, int64_t pstride, float* os, int64_t ostride) {
   const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK));
+  // More than kSeqMaxG query rows on AVX-512: register tiles across the whole span. The sweep
+  // below keeps its outputs in memory, so each 8-key block's 8 dependent FMAs per output vector
+  // form a chain through a load and a store; for G = 8 that took half the decode's time from
+  // cache at ~50% of the FMA peak (bench/RESULTS.md, "P·V tiles").
+  if constexpr (G > kSeqMaxG && TBOOST_DECODE_REDUCE16) {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+    if (Dv % N == 0) {
+      int64_t ahead = PrefetchDistance(bytes);
+      constexpr int kFull = G / 4, kRest = G % 4;
+      for (int i = 0; i < kFull; ++i)
+        AxpyTileRows<TK, 4>(row, row_bytes, n, Dv / N, ahead, bytes, p + i * 4 * pstride, pstride,
+                            os + i * 4 * ostride, ostride);
+      if constexpr (kRest > 0)
+        AxpyTileRows<TK, kRest>(row, row_bytes, n, Dv / N, ahead, bytes, p + kFull * 4 * pstride,
+                                pstride, os + kFull * 4 * ostride, ostride);
+      return;
+    }
+  }
   const int64_t ahead = AxpySequential(G, Dv) ? 0 : PrefetchDistance(bytes);  // 0: sequential
   int64_t t = 0;
   for (; t + kAxpyKeys <= n; t += kAxpyKeys) {
