@@ -502,8 +502,8 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
   const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK));
   // More than kSeqMaxG query rows on AVX-512: register tiles across the whole span. The sweep
   // below keeps its outputs in memory, so each 8-key block's 8 dependent FMAs per output vector
-  // form a chain through a load and a store; for G = 8 that took half the decode's time from
-  // cache at ~50% of the FMA peak (bench/RESULTS.md, "P·V tiles").
+  // form a chain through a load and a store. For G = 8 from cache the sweep took ~45% of the
+  // decode's samples; the tiles run it 12-20% faster (bench/RESULTS.md, "P·V tiles").
   if constexpr (G > kSeqMaxG && TBOOST_DECODE_REDUCE16) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
     if (Dv % N == 0) {
