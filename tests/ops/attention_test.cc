@@ -450,6 +450,10 @@ std::vector<CaseSpec> self_attention_cases() {
   add({.Sq = 2, .Sk = 257, .Hq = 2, .Hkv = 1, .D = 33, .Dv = 17, .wr = 0, .alibi = true});
   add({.layout = L::kBNSD, .Sq = 1, .Sk = 512, .Hq = 2, .Hkv = 2, .D = 64,
        .mask = MaskKind::kSqSk, .scale = 0.4f, .threads = 2});
+  // No query token in any sequence (a varlen batch's maximum query length is then 0): the
+  // decode path sized its multi-head tasks by dividing by the row count and raised SIGFPE.
+  add({.dtype = bf16, .Hq = 2, .Hkv = 1, .D = 16, .q_lens = {0, 0}, .k_lens = {0, 5}});
+  add({.Hq = 4, .Hkv = 2, .D = 8, .q_lens = {0}, .k_lens = {3}, .causal = true});
   add({.Hq = 4, .Hkv = 1, .D = 64, .q_lens = {1, 1, 0, 1}, .k_lens = {1, 513, 0, 256},
        .causal = true, .threads = 2});
   add({.dtype = bf16, .Hq = 2, .Hkv = 2, .D = 96, .q_lens = {1, 2}, .k_lens = {0, 300},

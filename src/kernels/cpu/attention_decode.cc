@@ -842,6 +842,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t D = a.head_dim, Dv = a.v_head_dim, g = Group(a);
   const int64_t Gmax = g * a.sq, Dvp = RoundUp(Dv, N), P = PartialFloats(Dvp);
+  if (Gmax == 0) return;  // no query token in any sequence: nothing to write
   // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
   // partials take space for the keys that exist, not for batch x the longest sequence.
   std::vector<int64_t> first(static_cast<size_t>(a.batch) + 1, 0);
