@@ -469,31 +469,28 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 }
 
 // The tiles of GR query rows over whole vectors: XV = 4 (16 accumulators on AVX-512), then
-// the 1-3 vectors left.
+// the 1-3 vectors left. Only the first tile prefetches (ahead); the others read from L2.
 template <class TK, int GR>
 HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV,
-                             int64_t& ahead, int64_t vbytes, const float* p, int64_t pstride,
+                             int64_t ahead, int64_t vbytes, const float* p, int64_t pstride,
                              float* os, int64_t ostride) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t x = 0;
-  for (; x + 4 <= OV; x += 4, ahead = 0)
-    AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n, ahead, vbytes, p, pstride,
-                        os + x * N, ostride);
+  for (; x + 4 <= OV; x += 4)
+    AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n, x == 0 ? ahead : 0, vbytes, p,
+                        pstride, os + x * N, ostride);
   const char* r = row + x * N * sizeof(TK);
+  const int64_t a = x == 0 ? ahead : 0;
   switch (OV - x) {
     case 3:
-      AxpyTile<TK, GR, 3>(r, row_bytes, n, ahead, vbytes, p, pstride, os + x * N, ostride);
-      break;
+      return AxpyTile<TK, GR, 3>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride);
     case 2:
-      AxpyTile<TK, GR, 2>(r, row_bytes, n, ahead, vbytes, p, pstride, os + x * N, ostride);
-      break;
+      return AxpyTile<TK, GR, 2>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride);
     case 1:
-      AxpyTile<TK, GR, 1>(r, row_bytes, n, ahead, vbytes, p, pstride, os + x * N, ostride);
-      break;
+      return AxpyTile<TK, GR, 1>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride);
     default:
       return;
   }
-  ahead = 0;
 }
 
 template <class TK, int G>
@@ -503,17 +500,19 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
   // More than kSeqMaxG query rows on AVX-512: register tiles across the whole span. The sweep
   // below keeps its outputs in memory, so each 8-key block's 8 dependent FMAs per output vector
   // form a chain through a load and a store. For G = 8 from cache the sweep took ~45% of the
-  // decode's samples; the tiles run it 12-20% faster (bench/RESULTS.md, "P·V tiles").
+  // decode's samples; with the tiles the decode ran 12-20% faster (bench/RESULTS.md, "P·V
+  // tiles"). TBOOST_DECODE_REDUCE16 stands for AVX-512 here: the 16 accumulators need its 32
+  // registers. The span's first tile (rows 0-3, vectors 0-3) prefetches for all of them.
   if constexpr (G > kSeqMaxG && TBOOST_DECODE_REDUCE16) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
     if (Dv % N == 0) {
-      int64_t ahead = PrefetchDistance(bytes);
+      const int64_t ahead = PrefetchDistance(bytes);
       constexpr int kFull = G / 4, kRest = G % 4;
       for (int i = 0; i < kFull; ++i)
-        AxpyTileRows<TK, 4>(row, row_bytes, n, Dv / N, ahead, bytes, p + i * 4 * pstride, pstride,
-                            os + i * 4 * ostride, ostride);
+        AxpyTileRows<TK, 4>(row, row_bytes, n, Dv / N, i == 0 ? ahead : 0, bytes,
+                            p + i * 4 * pstride, pstride, os + i * 4 * ostride, ostride);
       if constexpr (kRest > 0)
-        AxpyTileRows<TK, kRest>(row, row_bytes, n, Dv / N, ahead, bytes, p + kFull * 4 * pstride,
+        AxpyTileRows<TK, kRest>(row, row_bytes, n, Dv / N, 0, bytes, p + kFull * 4 * pstride,
                                 pstride, os + kFull * 4 * ostride, ostride);
       return;
     }
