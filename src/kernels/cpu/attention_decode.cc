@@ -37,28 +37,26 @@ struct DecodeScratch {
 };
 
 // Decode is bound by DRAM, and how the cache is walked decides how fast it streams (bench/
-// RESULTS.md, "memory access order" and "decode prefetch"):
+// RESULTS.md, "memory access order", "decode prefetch" and "stream prefetch"):
 // - Rows read one after the other, each front to back (the "sequential" loops below), form one
-//   stream that the hardware prefetchers follow. These loops issue no software prefetch: on
-//   Zen 4 the MHA decode read at 0.93-0.97 of a plain read without it and 0.84-0.92 with it
-//   (0.78 and 0.67-0.68 in the host's faster memory mode). A software prefetch takes one of
-//   the core's few L1 miss slots for each line, which the hardware stream prefetcher does not
-//   need.
+//   stream that the hardware prefetchers follow.
 // - Sweeps across several rows at once (each row's vector x, then x + N, ...) lose the hardware
-//   prefetchers; they request the row kPrefetchBytes ahead of the one being read (without it
-//   they read at about half the speed). Prefetching past a span's end is harmless (no fault).
+//   prefetchers.
+// - Either way, the first pass over a span asks for each line 4 KiB before it loads it
+//   (StreamAhead, one request next to each line's load). On Zen 5 this took the MHA decode from
+//   0.83-0.86 to 0.91-0.98 of a plain read, GQA-4 from 0.63 to 0.74 in the host's fast memory
+//   mode, and bf16 GQA-8 25-33% faster. The hardware prefetchers alone fall behind a stream that
+//   computes. Whole rows requested in bursts (the earlier scheme for the sweeps, 8 KiB ahead)
+//   gave nothing there. (On Zen 4 an earlier per-line prefetch into L2 had cost the MHA decode
+//   5-10%.) Prefetching past a span's end is harmless (no fault).
 // Query rows per key up to which the dots and the P·V update take the sequential loops (more
 // rows are bound by their FMAs, and the sweep loads each q vector once for several keys). The
 // bf16 pair dot stays on the sweep for 3+ rows: measured no faster sequentially.
 constexpr int kSeqMaxG = 4;
 constexpr int kSeqMaxGDp = 2;
-constexpr int64_t kPrefetchBytes = 8 << 10;
 // Adjacent kv heads' rows at most this far apart: a decode task takes several heads at once
 // (DecodeForward).
 constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
-HWY_INLINE int64_t PrefetchDistance(int64_t row_bytes) {
-  return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, row_bytes));
-}
 
 // The loops over a compile-time count of register accumulators (query rows x keys) carry
 // `#pragma GCC unroll`: without it GCC -O3 kept the sequential dot's 16 accumulators for 4 query
@@ -186,6 +184,7 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
     for (int kk = 0; kk < KK; ++kk) {
       const TK* k = reinterpret_cast<const TK*>(row + kk * row_bytes);
       for (int64_t x = 0; x < Dfull; x += N) {
+        StreamAheadAt(k, x);
         const VF kv = LoadF(d, k + x);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
@@ -208,7 +207,10 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
       VF kv[KK];
       if (x + N <= D) {
 #pragma GCC unroll 16
-        for (int kk = 0; kk < KK; ++kk) kv[kk] = LoadF(d, k[kk] + x);
+        for (int kk = 0; kk < KK; ++kk) {
+          StreamAheadAt(k[kk], x);
+          kv[kk] = LoadF(d, k[kk] + x);
+        }
       } else {
 #pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk)
@@ -230,12 +232,8 @@ template <class TK, int G>
 HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t D, int64_t Dp,
                           const float* qs, float* out, int64_t ostride) {
   constexpr int KK = KeysAtOnce(G);
-  const int64_t bytes = D * static_cast<int64_t>(sizeof(TK));
-  const int64_t ahead = G <= kSeqMaxG ? 0 : PrefetchDistance(bytes);  // 0: sequential
   int64_t t = 0;
   for (; t + KK <= n; t += KK) {
-    if (ahead)
-      for (int kk = 0; kk < KK; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
     DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
   }
   for (; t < n; ++t) DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
@@ -266,6 +264,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
     for (int kk = 0; kk < KK; ++kk) {
       const uint32_t* k = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
       for (int64_t p = 0; p < P; p += 16) {
+        StreamAhead(k + p);
         const __m512i kv = _mm512_loadu_si512(k + p);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
@@ -279,7 +278,10 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
     for (int64_t p = 0; p < P; p += 16) {
       __m512bh kv[KK];
 #pragma GCC unroll 16
-      for (int kk = 0; kk < KK; ++kk) kv[kk] = (__m512bh)_mm512_loadu_si512(k[kk] + p);
+      for (int kk = 0; kk < KK; ++kk) {
+        StreamAhead(k[kk] + p);
+        kv[kk] = (__m512bh)_mm512_loadu_si512(k[kk] + p);
+      }
 #pragma GCC unroll 16
       for (int g = 0; g < G; ++g) {
         const __m512bh q = (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p);
@@ -297,11 +299,8 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t ro
                                                      int64_t D, const uint32_t* q2, int64_t ldq2,
                                                      float qscale, float* out, int64_t ostride) {
   constexpr int KK = KeysAtOnce(G);
-  const int64_t bytes = D * 2, ahead = G <= kSeqMaxGDp ? 0 : PrefetchDistance(bytes);
   int64_t t = 0;
   for (; t + KK <= n; t += KK) {
-    if (ahead)
-      for (int kk = 0; kk < KK; ++kk) PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
     DotKeysBf16Dp<G, KK>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t, ostride);
   }
   for (; t < n; ++t)
@@ -337,7 +336,9 @@ HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, i
     VF a0[KK], a1[KK];
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
+      StreamAheadAt(v[kk], x);
       a0[kk] = LoadF(d, v[kk] + x);
+      StreamAheadAt(v[kk], x + N);
       a1[kk] = LoadF(d, v[kk] + x + N);
     }
 #pragma GCC unroll 16
@@ -401,6 +402,7 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
       for (int g = 0; g < GB; ++g) pg[g] = hn::Set(d, g < gn ? p[(g0 + g) * pstride + kk] : 0.0f);
 #pragma GCC unroll 16
       for (int x = 0; x < OV; ++x) {
+        if (g0 == 0) StreamAheadAt(v, x * N);  // later passes read the rows from L1
         const VF a = LoadF(d, v + x * N);
 #pragma GCC unroll 16
         for (int g = 0; g < GB; ++g) o[g][x] = hn::MulAdd(pg[g], a, o[g][x]);
@@ -435,11 +437,11 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 
 // os[g·ostride + x0 + :XV·N] += sum over the n value rows t of p[g·pstride + t] · vrow_t, for
 // GR query rows: a GR x XV register tile that lives across the whole span (one load and one
-// store per span), each row's XV vectors loaded once for the GR rows. ahead > 0: the pass that
-// reads the span first prefetches each whole row that many rows ahead (later passes find the
-// rows in L2).
+// store per span), each row's XV vectors loaded once for the GR rows. lead: the pass that reads
+// the span first asks for each whole row's lines 4 KiB ahead (StreamAhead; later passes find
+// the rows in L2).
 template <class TK, int GR, int XV>
-HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n, int64_t ahead,
+HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n, bool lead,
                          int64_t vbytes, const float* HWY_RESTRICT p, int64_t pstride,
                          float* HWY_RESTRICT os, int64_t ostride) {
   const DF d;
@@ -450,7 +452,8 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 #pragma GCC unroll 16
     for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
   for (int64_t t = 0; t < n; ++t) {
-    if (ahead) PrefetchRow(row + (t + ahead) * row_bytes, vbytes);
+    if (lead)
+      for (int64_t b = 0; b < vbytes; b += 64) StreamAhead(row + t * row_bytes + b);
     const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
     VF a[XV];
 #pragma GCC unroll 16
@@ -469,18 +472,18 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 }
 
 // The tiles of GR query rows over whole vectors: XV = 4 (16 accumulators on AVX-512), then
-// the 1-3 vectors left. Only the first tile prefetches (ahead); the others read from L2.
+// the 1-3 vectors left. Only the first tile prefetches (lead); the others read from L2.
 template <class TK, int GR>
-HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV,
-                             int64_t ahead, int64_t vbytes, const float* p, int64_t pstride,
-                             float* os, int64_t ostride) {
+HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV, bool lead,
+                             int64_t vbytes, const float* p, int64_t pstride, float* os,
+                             int64_t ostride) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t x = 0;
   for (; x + 4 <= OV; x += 4)
-    AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n, x == 0 ? ahead : 0, vbytes, p,
-                        pstride, os + x * N, ostride);
+    AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n, lead && x == 0, vbytes, p, pstride,
+                        os + x * N, ostride);
   const char* r = row + x * N * sizeof(TK);
-  const int64_t a = x == 0 ? ahead : 0;
+  const bool a = lead && x == 0;
   switch (OV - x) {
     case 3:
       return AxpyTile<TK, GR, 3>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride);
@@ -506,23 +509,18 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
   if constexpr (G > kSeqMaxG && TBOOST_DECODE_REDUCE16) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
     if (Dv % N == 0) {
-      const int64_t ahead = PrefetchDistance(bytes);
       constexpr int kFull = G / 4, kRest = G % 4;
       for (int i = 0; i < kFull; ++i)
-        AxpyTileRows<TK, 4>(row, row_bytes, n, Dv / N, i == 0 ? ahead : 0, bytes,
-                            p + i * 4 * pstride, pstride, os + i * 4 * ostride, ostride);
+        AxpyTileRows<TK, 4>(row, row_bytes, n, Dv / N, i == 0, bytes, p + i * 4 * pstride, pstride,
+                            os + i * 4 * ostride, ostride);
       if constexpr (kRest > 0)
-        AxpyTileRows<TK, kRest>(row, row_bytes, n, Dv / N, 0, bytes, p + kFull * 4 * pstride,
+        AxpyTileRows<TK, kRest>(row, row_bytes, n, Dv / N, false, bytes, p + kFull * 4 * pstride,
                                 pstride, os + kFull * 4 * ostride, ostride);
       return;
     }
   }
-  const int64_t ahead = AxpySequential(G, Dv) ? 0 : PrefetchDistance(bytes);  // 0: sequential
   int64_t t = 0;
   for (; t + kAxpyKeys <= n; t += kAxpyKeys) {
-    if (ahead)
-      for (int64_t kk = 0; kk < kAxpyKeys; ++kk)
-        PrefetchRow(row + (t + kk + ahead) * row_bytes, bytes);
     AxpyKeys<TK, kAxpyKeys, G>(row + t * row_bytes, row_bytes, Dv, p + t, pstride, os, ostride);
   }
   for (; t < n; ++t)
@@ -567,7 +565,7 @@ template <int GB, int XB>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_t row_bytes,
                                             int64_t npairs, int64_t X,
                                             const uint16_t* HWY_RESTRICT pb, int64_t ldp,
-                                            float* HWY_RESTRICT os, int64_t ostride) {
+                                            float* HWY_RESTRICT os, int64_t ostride, bool lead) {
   for (int64_t x0 = 0; x0 < X; x0 += XB) {
     PvLanes acc[GB][XB];
 #pragma GCC unroll 16
@@ -581,9 +579,15 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
       // each vector to the stack and unpacked it from there.
       __m512i a[XB], b[XB];
 #pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) a[xb] = _mm512_loadu_epi16(r0 + (x0 + xb) * 64);
+      for (int xb = 0; xb < XB; ++xb) {
+        if (lead) StreamAhead(r0 + (x0 + xb) * 64);
+        a[xb] = _mm512_loadu_epi16(r0 + (x0 + xb) * 64);
+      }
 #pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) b[xb] = _mm512_loadu_epi16(r1 + (x0 + xb) * 64);
+      for (int xb = 0; xb < XB; ++xb) {
+        if (lead) StreamAhead(r1 + (x0 + xb) * 64);
+        b[xb] = _mm512_loadu_epi16(r1 + (x0 + xb) * 64);
+      }
       __m512bh pp[GB];
 #pragma GCC unroll 16
       for (int g = 0; g < GB; ++g) {
@@ -622,15 +626,15 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
   constexpr int GB = std::max(1, std::min(G, 8 / XB)), kFull = G / GB, kRest = G % GB;
   for (int i = 0; i < kFull; ++i)
     PvPass<GB, XB>(row, row_bytes, npairs, X, pb + i * GB * ldp, ldp, os + i * GB * ostride,
-                   ostride);
+                   ostride, i == 0);
   if constexpr (kRest > 0)
     PvPass<kRest, XB>(row, row_bytes, npairs, X, pb + kFull * GB * ldp, ldp,
-                      os + kFull * GB * ostride, ostride);
+                      os + kFull * GB * ostride, ostride, kFull == 0);
 }
 
 // The value rows of a span (n rows, Dv a multiple of 32) in blocks of pairs; an odd
-// last row takes the widened path with its f32 weight (ps). No software prefetch: every row is
-// read front to back (see kSeqMaxG).
+// last row takes the widened path with its f32 weight (ps). The first pass over a block (PvPass's
+// lead) asks for each line 4 KiB ahead (StreamAhead).
 template <int G>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t row_bytes, int64_t n,
                                                       int64_t Dv, const uint16_t* pb,

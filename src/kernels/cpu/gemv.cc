@@ -32,8 +32,10 @@ namespace tboost::kernels::HWY_NAMESPACE {
 
 // One weight row against kM rows of x (f32, stride ldx): out[m * 16] = x_m · w. The row is
 // read front to back with kU independent accumulators per x row, so the whole weight matrix is
-// one sequential stream (rows are contiguous): the hardware prefetcher runs ahead of it, which
-// it does not for several short rows read side by side (K = 768 bf16 is 24 cache lines).
+// one sequential stream (rows are contiguous): the hardware prefetcher follows it, which it
+// does not for several short rows read side by side (K = 768 bf16 is 24 cache lines). Every
+// weight load also asks for the line 4 KiB ahead (StreamAhead): the hardware prefetcher alone
+// fell behind the host's faster memory mode (bench/RESULTS.md, "stream prefetch").
 template <int kM, int kU, class TW>
 HWY_INLINE void DotRow(const float* x, int64_t ldx, const TW* w, int64_t K, float* out) {
   const hn::ScalableTag<float> d;
@@ -45,6 +47,7 @@ HWY_INLINE void DotRow(const float* x, int64_t ldx, const TW* w, int64_t K, floa
   int64_t k = 0;
   for (; k + kU * L <= K; k += kU * L) {
     for (int u = 0; u < kU; ++u) {
+      StreamAheadAt(w, k + u * L);
       const V wv = LoadF(d, w + k + u * L);
       for (int m = 0; m < kM; ++m)
         acc[m][u] = hn::MulAdd(hn::LoadU(d, x + m * ldx + k + u * L), wv, acc[m][u]);
@@ -82,7 +85,10 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
   for (; k + L <= K; k += L) {
     V wv[kR];
 #pragma GCC unroll 16
-    for (int r = 0; r < kR; ++r) wv[r] = LoadF(d, w + r * ldw + k);
+    for (int r = 0; r < kR; ++r) {
+      StreamAheadAt(w + r * ldw, k);
+      wv[r] = LoadF(d, w + r * ldw + k);
+    }
 #pragma GCC unroll 16
     for (int m = 0; m < kM; ++m) {
       const V xv = hn::LoadU(d, x + m * ldx + k);
@@ -113,7 +119,7 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
 // Rows of at least this many bytes take DotRowN for 2+ rows of x. Shorter rows read side by
 // side lose the hardware prefetchers (Zen 4, M = 2 to 4: K = 768 f32 rows ran 1.3-1.5x slower
 // that way, bf16 ones 1.4-1.6x). One x row (M = 1, the decode case) reads one weight row at a
-// time, already at the DRAM floor.
+// time.
 constexpr int64_t kMultiRowMinBytes = 4096;
 // kWVecs vectors per weight row and kXVecs per x row (DotRowN: 1, 1; the pair split: 2, 2).
 constexpr int RowsAtOnce(int kM, int kWVecs = 1, int kXVecs = 1) {
@@ -157,6 +163,7 @@ HWY_INLINE void DotRowBf16Pairs(const float* x, int64_t ldx, const bf16_t* w, in
     for (int u = 0; u < kU; ++u) acc[m][u] = hn::Zero(d);
   auto step = [&](int64_t k, int u) HWY_ATTR {
     V we, wo;
+    StreamAheadAt(w, k);
     WidenPairs(d, w + k, &we, &wo);
     for (int m = 0; m < kM; ++m) {
       acc[m][u] = hn::MulAdd(hn::LoadU(d, x + m * ldx + k), we, acc[m][u]);
@@ -190,7 +197,10 @@ HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, i
   for (int64_t k = 0; k < K; k += 2 * L) {
     V we[kR], wo[kR];
 #pragma GCC unroll 16
-    for (int r = 0; r < kR; ++r) WidenPairs(d, w + r * ldw + k, &we[r], &wo[r]);
+    for (int r = 0; r < kR; ++r) {
+      StreamAheadAt(w + r * ldw, k);
+      WidenPairs(d, w + r * ldw + k, &we[r], &wo[r]);
+    }
 #pragma GCC unroll 16
     for (int m = 0; m < kM; ++m) {
       const V xe = hn::LoadU(d, x + m * ldx + k), xo = hn::LoadU(d, x + m * ldx + k + L);
@@ -223,12 +233,14 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16Dp(const uint32_t* x2, int64_t
     int64_t p = 0;
     for (; p + kU * 16 <= P; p += kU * 16)
       for (int u = 0; u < kU; ++u) {
+        StreamAhead(wr + p + u * 16);
         const __m512i wv = _mm512_loadu_si512(wr + p + u * 16);
         for (int m = 0; m < kM; ++m)
           acc[m][u] = _mm512_dpbf16_ps(
               acc[m][u], (__m512bh)_mm512_loadu_si512(x2 + m * ldx2 + p + u * 16), (__m512bh)wv);
       }
     for (; p < P; p += 16) {
+      StreamAhead(wr + p);
       const __m512i wv = _mm512_loadu_si512(wr + p);
       for (int m = 0; m < kM; ++m)
         acc[m][0] = _mm512_dpbf16_ps(acc[m][0], (__m512bh)_mm512_loadu_si512(x2 + m * ldx2 + p),
@@ -255,7 +267,10 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotRowsBf16DpN(const uint32_t* x2, int64_t 
     for (int m = 0; m < kM; ++m) acc[r][m] = _mm512_setzero_ps();
   for (int64_t p = 0; p < P; p += 16) {
     __m512i wv[kR];
-    for (int r = 0; r < kR; ++r) wv[r] = _mm512_loadu_si512(wr[r] + p);
+    for (int r = 0; r < kR; ++r) {
+      StreamAhead(wr[r] + p);
+      wv[r] = _mm512_loadu_si512(wr[r] + p);
+    }
     for (int m = 0; m < kM; ++m) {
       const __m512bh xv = (__m512bh)_mm512_loadu_si512(x2 + m * ldx2 + p);
       for (int r = 0; r < kR; ++r) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], xv, (__m512bh)wv[r]);
