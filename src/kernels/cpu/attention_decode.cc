@@ -42,13 +42,14 @@ struct DecodeScratch {
 //   stream that the hardware prefetchers follow.
 // - Sweeps across several rows at once (each row's vector x, then x + N, ...) lose the hardware
 //   prefetchers.
-// - Either way, the first pass over a span asks for each line 4 KiB before it loads it
-//   (StreamAhead, one request next to each line's load). On Zen 5 this took the MHA decode from
-//   0.83-0.86 to 0.91-0.98 of a plain read, GQA-4 from 0.63 to 0.74 in the host's fast memory
-//   mode, and bf16 GQA-8 25-33% faster. The hardware prefetchers alone fall behind a stream that
-//   computes. Whole rows requested in bursts (the earlier scheme for the sweeps, 8 KiB ahead)
-//   gave nothing there. (On Zen 4 an earlier per-line prefetch into L2 had cost the MHA decode
-//   5-10%.) Prefetching past a span's end is harmless (no fault).
+// - Either way, the pass that first reads a span asks for each line 4 KiB before it loads it
+//   (StreamAhead, one request next to each line's load). On Zen 5 (scratch driver, with and
+//   without alternated in one process) this took MHA decode from 0.78-0.83 to 0.89-1.0 of a
+//   plain read, f32 GQA-4 from 0.63 to 0.74 in the host's fast memory mode, and bf16 GQA-8
+//   24-34% faster: the hardware prefetchers alone fall behind a stream that computes. Bursts of
+//   whole rows (the sweeps' earlier scheme) were equal or up to 14% slower there. (On Zen 4 a
+//   per-line prefetch into L2 had cost the MHA decode 5-10%.) Prefetching past a span's end is
+//   harmless (no fault).
 // Query rows per key up to which the dots and the P·V update take the sequential loops (more
 // rows are bound by their FMAs, and the sweep loads each q vector once for several keys). The
 // bf16 pair dot stays on the sweep for 3+ rows: measured no faster sequentially.

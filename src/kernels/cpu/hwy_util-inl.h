@@ -183,10 +183,11 @@ HWY_INLINE void PrefetchRangeL2(const char* p, int64_t bytes) {
 // Streams that compute on what they read (decode's weight GEMVs and its attention over the KV
 // cache) ask for each 64-byte line kStreamAheadBytes before they load it, one prefetcht0 next to
 // the load of each line. The hardware prefetchers alone fall behind such a stream: on Zen 5 a
-// loop with 8 FMAs per line read 0.55-0.7 of a plain read's bandwidth when the host's memory was
-// in its fast mode, 0.8-0.95 with this; a GEMV chain of llama-110m's bf16 shapes 15-35% faster
-// (bench/RESULTS.md, "stream prefetch"). Sent as whole-row bursts instead (PrefetchRow), the same
-// requests changed nothing. A prefetch past the end of a buffer is harmless: it never faults.
+// loop with 8 FMAs per line read 0.57-0.72 of a plain read's bandwidth when the host's memory
+// was in its fast mode, 0.79-0.92 with this; chains of llama-110m's bf16 GEMVs ran 6-36% faster
+// in 11 of 12 runs (bench/RESULTS.md, "stream prefetch"). Sent as bursts of whole rows instead
+// (PrefetchRow), the same requests changed nothing or cost up to 14% in decode attention. A
+// prefetch past the end of a buffer is harmless: it never faults.
 constexpr int64_t kStreamAheadBytes = 4096;
 HWY_INLINE void StreamAhead(const void* p) {
   __builtin_prefetch(static_cast<const char*>(p) + kStreamAheadBytes, 0, 3);
@@ -195,7 +196,7 @@ HWY_INLINE void StreamAhead(const void* p) {
 // loads narrower than a line).
 template <class T>
 HWY_INLINE void StreamAheadAt(const T* row, int64_t i) {
-  if ((i * static_cast<int64_t>(sizeof(T))) % 64 == 0) StreamAhead(row + i);
+  if (((i * static_cast<int64_t>(sizeof(T))) & 63) == 0) StreamAhead(row + i);
 }
 
 // Partial vectors: the n < Lanes(d) remaining elements go through a stack buffer, so no
