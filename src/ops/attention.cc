@@ -572,6 +572,12 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
     parallel_for(
         ctx.num_threads(), T * H, 4096 / std::max<int64_t>(1, k.dim(2)), ctx.flush_denormals(),
         [&](int64_t r0, int64_t r1) {
+          // The rotation's cos / sin for the token of the rows at hand: rows run token by
+          // token (r = t·H + h), so each token's table is made once for all its heads. Made
+          // per row (12 heads), the cache write took 14.2 us per layer and token, 7.4 with the
+          // table (llama-110m bf16 decode, TBOOST_PROFILE=1).
+          std::vector<float> cs;
+          int64_t cs_token = -1;
           for (int64_t r = r0; r < r1; ++r) {
             const int64_t t = r / H, h = r % H, s = slot[static_cast<size_t>(t)];
             if (s < 0) continue;
@@ -581,7 +587,11 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
             const char* ksrc =
                 static_cast<const char*>(k.data()) + (t * k.stride(0) + h * k.stride(1)) * kes;
             if (param_.apply_rope) {
-              rotate_into(kdst, kc.dtype(), ksrc, k.dtype(), k.dim(2), position(pack.inputs[5], t));
+              if (cs_token != t) {
+                rope_table(position(pack.inputs[5], t), cs);
+                cs_token = t;
+              }
+              rotate_into(kdst, kc.dtype(), ksrc, k.dtype(), k.dim(2), cs.data());
             } else {
               convert(kdst, kc.dtype(), ksrc, k.dtype(), k.dim(2));
             }
@@ -601,10 +611,21 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
                                       : pos.data_as<const int32_t>()[off];
   }
 
-  // One head row of k rotated (Rope's formula: angle of pair i = p * inv_freq[i],
-  // in f64, then f32 products) and converted into the cache row. Scalar: a decode step
-  // rotates a few rows; the sin/cos of a row cost as much as its products.
-  void rotate_into(char* dst, DType dt, const char* src, DType st, int64_t d, double p) const {
+  // cs[2i], cs[2i + 1] = cos, sin of pair i's angle at position p (Rope's formula: p ·
+  // inv_freq[i] in f64, reduced mod 2π, then rounded to f32).
+  void rope_table(double p, std::vector<float>& cs) const {
+    cs.resize(2 * inv_freq_.size());
+    for (size_t i = 0; i < inv_freq_.size(); ++i) {
+      const double a = std::remainder(p * inv_freq_[i], 2.0 * M_PI);
+      cs[2 * i] = static_cast<float>(std::cos(a));
+      cs[2 * i + 1] = static_cast<float>(std::sin(a));
+    }
+  }
+
+  // One head row of k rotated by the table cs (rope_table; f32 products) and converted into
+  // the cache row. Scalar: a decode step rotates a few rows.
+  void rotate_into(char* dst, DType dt, const char* src, DType st, int64_t d,
+                   const float* cs) const {
     float x[1024], y[1024];  // a head row on the stack; longer rows take the heap
     std::vector<float> xb, yb;
     float* xs = x;
@@ -616,10 +637,8 @@ class ReshapeAndCacheOp : public OpBase<ops::ReshapeAndCacheParam> {
     convert(xs, DType::kF32, src, st, d);
     const int64_t half = static_cast<int64_t>(inv_freq_.size());
     const bool interleaved = param_.rope.rotation == ops::RopeRotation::kInterleaved;
-    const double pp = p;  // scaling is in inv_freq_
     for (int64_t i = 0; i < half; ++i) {
-      const double a = std::remainder(pp * inv_freq_[static_cast<size_t>(i)], 2.0 * M_PI);
-      const auto c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
+      const float c = cs[2 * i], s = cs[2 * i + 1];
       const int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
       ys[i0] = xs[i0] * c - xs[i1] * s;
       ys[i1] = xs[i1] * c + xs[i0] * s;

@@ -1789,5 +1789,82 @@ TEST(ReshapeAndCacheRope, BadInputsAreNamedAndCachesUntouched) {
   fails(p, Tensor::zeros(DType::kI32, {T}), "must be even");
 }
 
+// The fused rope against a float64 rotation: several tokens (each with its own position, some
+// far out) and kv heads, both rotations, a partial rotary dim, f32 and bf16 caches, one and two
+// threads. Slots no token names stay as poisoned (NaN).
+TEST(ReshapeAndCacheRope, MatchesFloat64Rotation) {
+  Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t T = 5, H = 3, D = 40, bs = 5, blocks = 2;
+  const std::vector<int64_t> pos = {0, 7, 3, 1000, 64001}, slot = {4, 0, 9, 2, 7};
+  for (DType cdt : {DType::kF32, DType::kBF16})
+    for (auto rot : {ops::RopeRotation::kRotateHalf, ops::RopeRotation::kInterleaved})
+      for (int64_t rd : {int64_t{0}, int64_t{24}})
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE(std::string(dtype_name(cdt)) + " rotary_dim " + std::to_string(rd) +
+                       (rot == ops::RopeRotation::kInterleaved ? " interleaved" : " half") +
+                       " threads " + std::to_string(threads));
+          Buffer k = random_tensor(rng, DType::kF32, {T, H, D}, false);
+          Buffer v = random_tensor(rng, DType::kF32, {T, H, D}, false);
+          Tensor kc = Tensor::empty(cdt, {blocks, H, bs, D}),
+                 vc = Tensor::empty(cdt, {blocks, H, bs, D});
+          const std::vector<float> nan(static_cast<size_t>(kc.numel()), std::nanf(""));
+          convert(kc.data(), cdt, nan.data(), DType::kF32, kc.numel());
+          convert(vc.data(), cdt, nan.data(), DType::kF32, vc.numel());
+          ops::ReshapeAndCacheParam p{.apply_rope = true};
+          p.rope.rotation = rot;
+          p.rope.rotary_dim = rd;
+          p.rope.theta = 500000.0f;
+          ContextOptions opt;
+          opt.num_threads = threads;
+          Context ctx(opt);
+          auto op = create_operation(p);
+          ASSERT_NO_THROW(run_operation(*op,
+                                        {{k.view, v.view, int_tensor(DType::kI64, slot, {T}), kc,
+                                          vc, int_tensor(DType::kI64, pos, {T})},
+                                         {kc, vc}},
+                                        ctx));
+          const Vec kd = to_f64(k.view), vd = to_f64(v.view), kg = to_f64(kc), vg = to_f64(vc);
+          const int64_t r = rd ? rd : D, half = r / 2;
+          const double tol = cdt == DType::kF32 ? 2e-6 : 8e-3;
+          std::vector<bool> used(static_cast<size_t>(blocks * bs), false);
+          for (int64_t t = 0; t < T; ++t) {
+            const int64_t s = slot[static_cast<size_t>(t)];
+            used[static_cast<size_t>(s)] = true;
+            for (int64_t h = 0; h < H; ++h) {
+              const int64_t src = (t * H + h) * D, dst = ((s / bs * H + h) * bs + s % bs) * D;
+              std::vector<double> want(kd.begin() + src, kd.begin() + src + D);
+              for (int64_t i = 0; i < half; ++i) {
+                const double a = static_cast<double>(pos[static_cast<size_t>(t)]) *
+                                 std::pow(500000.0, -2.0 * static_cast<double>(i) / r);
+                const int64_t i0 = rot == ops::RopeRotation::kInterleaved ? 2 * i : i;
+                const int64_t i1 = rot == ops::RopeRotation::kInterleaved ? 2 * i + 1 : i + half;
+                const double x0 = kd[static_cast<size_t>(src + i0)],
+                             x1 = kd[static_cast<size_t>(src + i1)];
+                want[static_cast<size_t>(i0)] = x0 * std::cos(a) - x1 * std::sin(a);
+                want[static_cast<size_t>(i1)] = x1 * std::cos(a) + x0 * std::sin(a);
+              }
+              for (int64_t x = 0; x < D; ++x) {
+                ASSERT_NEAR(kg[static_cast<size_t>(dst + x)], want[static_cast<size_t>(x)],
+                            tol * (1.0 + std::abs(want[static_cast<size_t>(x)])))
+                    << "k token " << t << " head " << h << " element " << x;
+                ASSERT_NEAR(vg[static_cast<size_t>(dst + x)], vd[static_cast<size_t>(src + x)],
+                            tol * (1.0 + std::abs(vd[static_cast<size_t>(src + x)])))
+                    << "v token " << t << " head " << h << " element " << x;
+              }
+            }
+          }
+          for (int64_t s = 0; s < blocks * bs; ++s) {
+            if (used[static_cast<size_t>(s)]) continue;
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t x = 0; x < D; ++x) {
+                const size_t e = static_cast<size_t>(((s / bs * H + h) * bs + s % bs) * D + x);
+                ASSERT_TRUE(std::isnan(kg[e]) && std::isnan(vg[e]))
+                    << "slot " << s << " was written";
+              }
+          }
+        }
+}
+
 }  // namespace
 }  // namespace tboost::testing
