@@ -841,6 +841,20 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   }
 }
 
+// Row i of q head h of sequence b from its merged partial: O / L into the output, and the
+// log-sum-exp (natural log) of the row. M: the base-2 running maximum; L == 0 (no visible key)
+// gives zeros and -inf. tmp: Dv floats of scratch.
+void Finish(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, float M, float L,
+            const float* O, float* tmp) {
+  const int64_t Dv = a.v_head_dim, qes = static_cast<int64_t>(dtype_size(a.dtype));
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  for (int64_t x = 0; x < Dv; ++x) tmp[x] = L > 0.0f ? O[x] * inv : 0.0f;
+  convert(static_cast<char*>(a.o) + (QOff(a, b, h, a.o_sb, a.o_sh, a.o_ss) + i * a.o_ss) * qes,
+          a.dtype, tmp, DType::kF32, Dv);
+  a.lse[QOff(a, b, h, a.lse_sb, a.lse_sh, a.lse_ss) + i * a.lse_ss] =
+      L > 0.0f ? (M + std::log2(L)) * kLn2 : kNegInf;
+}
+
 void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -920,53 +934,66 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     const KvRows kr = KvOf(a, false, b, kvh0), vr = KvOf(a, true, b, kvh0);
     switch (a.kv_dtype) {
       case DType::kF32:
-        return DecodeTask<float>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1,
-                                 qscale, a.dtype, sc, part);
+        DecodeTask<float>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
+                          a.dtype, sc, part);
+        break;
       case DType::kBF16:
-        return DecodeTask<bf16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1,
-                                  qscale, a.dtype, sc, part);
+        DecodeTask<bf16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
+                           a.dtype, sc, part);
+        break;
       default:
-        return DecodeTask<f16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1,
-                                 qscale, a.dtype, sc, part);
+        DecodeTask<f16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
+                          a.dtype, sc, part);
+        break;
     }
+    // A sequence of one chunk is finished here: its partials are the result, and the merge
+    // below (a second fork / join) skips it. At short contexts (every one up to kDecodeChunk
+    // keys) that merge had cost about as much as the attention.
+    if (first[static_cast<size_t>(b) + 1] - first[static_cast<size_t>(b)] != 1) return;
+    for (int64_t hh = 0; hh < nh; ++hh)
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* pr = part[hh] + (r - r0) * P;
+        Finish(a, b, (kvh0 + hh) * g + r / s.sq, r % s.sq, pr[0], pr[1], pr + 2, sc.row);
+      }
   });
   // Merge the chunks of each (sequence, kv head) by log-sum-exp.
-  parallel_for(a.threads, a.batch * a.kv_heads, 1, a.ftz, [&](int64_t r0, int64_t r1) {
-    std::vector<float> out(static_cast<size_t>(Dvp));
-    for (int64_t bk = r0; bk < r1; ++bk) {
-      const int64_t b = bk / a.kv_heads, kvh = bk % a.kv_heads;
-      const Seq s = SeqOf(a, b);
-      const int64_t c_begin = first[static_cast<size_t>(b)],
-                    c_end = first[static_cast<size_t>(b) + 1];
-      for (int64_t hl = 0; hl < g; ++hl) {
-        const int64_t h = kvh * g + hl;
-        for (int64_t i = 0; i < s.sq; ++i) {
-          const int64_t r = hl * s.sq + i;
-          float M = kNegInf;
-          for (int64_t c = c_begin; c < c_end; ++c)
-            M = std::max(M, parts[((c * a.kv_heads + kvh) * Gmax + r) * P]);
-          std::fill(out.begin(), out.end(), 0.0f);
-          float L = 0.0f;
-          if (M != kNegInf) {
-            for (int64_t c = c_begin; c < c_end; ++c) {
-              const float* pr = parts + ((c * a.kv_heads + kvh) * Gmax + r) * P;
-              if (pr[0] == kNegInf) continue;
-              const float w = std::exp2(pr[0] - M);
-              L += pr[1] * w;
-              for (int64_t x = 0; x < Dv; ++x) out[static_cast<size_t>(x)] += pr[2 + x] * w;
-            }
-          }
-          const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-          for (int64_t x = 0; x < Dv; ++x) out[static_cast<size_t>(x)] *= inv;
-          convert(
-              static_cast<char*>(a.o) + (QOff(a, b, h, a.o_sb, a.o_sh, a.o_ss) + i * a.o_ss) * qes,
-              a.dtype, out.data(), DType::kF32, Dv);
-          a.lse[QOff(a, b, h, a.lse_sb, a.lse_sh, a.lse_ss) + i * a.lse_ss] =
-              L > 0.0f ? (M + std::log2(L)) * kLn2 : kNegInf;
-        }
-      }
-    }
-  });
+  std::vector<int64_t> multi;  // (sequence, kv head) pairs of sequences of several chunks
+  for (int64_t b = 0; b < a.batch; ++b)
+    if (first[static_cast<size_t>(b) + 1] - first[static_cast<size_t>(b)] > 1)
+      for (int64_t kvh = 0; kvh < a.kv_heads; ++kvh) multi.push_back(b * a.kv_heads + kvh);
+  parallel_for(a.threads, static_cast<int64_t>(multi.size()), 1, a.ftz,
+               [&](int64_t r0, int64_t r1) {
+                 std::vector<float> out(static_cast<size_t>(Dvp)), row(static_cast<size_t>(Dvp));
+                 for (int64_t m = r0; m < r1; ++m) {
+                   const int64_t bk = multi[static_cast<size_t>(m)];
+                   const int64_t b = bk / a.kv_heads, kvh = bk % a.kv_heads;
+                   const Seq s = SeqOf(a, b);
+                   const int64_t c_begin = first[static_cast<size_t>(b)],
+                                 c_end = first[static_cast<size_t>(b) + 1];
+                   for (int64_t hl = 0; hl < g; ++hl) {
+                     const int64_t h = kvh * g + hl;
+                     for (int64_t i = 0; i < s.sq; ++i) {
+                       const int64_t r = hl * s.sq + i;
+                       float M = kNegInf;
+                       for (int64_t c = c_begin; c < c_end; ++c)
+                         M = std::max(M, parts[((c * a.kv_heads + kvh) * Gmax + r) * P]);
+                       std::fill(out.begin(), out.end(), 0.0f);
+                       float L = 0.0f;
+                       if (M != kNegInf) {
+                         for (int64_t c = c_begin; c < c_end; ++c) {
+                           const float* pr = parts + ((c * a.kv_heads + kvh) * Gmax + r) * P;
+                           if (pr[0] == kNegInf) continue;
+                           const float w = std::exp2(pr[0] - M);
+                           L += pr[1] * w;
+                           for (int64_t x = 0; x < Dv; ++x)
+                             out[static_cast<size_t>(x)] += pr[2 + x] * w;
+                         }
+                       }
+                       Finish(a, b, h, i, M, L, out.data(), row.data());
+                     }
+                   }
+                 }
+               });
 }
 
 }  // namespace tboost::kernels::HWY_NAMESPACE
