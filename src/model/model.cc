@@ -644,16 +644,22 @@ void OptimizedTransformer::set_tuning_params(const TuningParams& p) {
   impl_->tune = p;
 }
 size_t OptimizedTransformer::weight_bytes() const { return impl_->bytes; }
-size_t OptimizedTransformer::weight_bytes_per_token() const {
+std::vector<Tensor> OptimizedTransformer::decode_weights() const {
   const Weights& W = impl_->W;
-  size_t b = 0;
+  std::vector<Tensor> v;
   for (const LayerW& L : W.layers)
     for (const Tensor* t :
-         {&L.ln1_w, &L.ln1_b, &L.ln2_w, &L.ln2_b, &L.wq, &L.wk, &L.wv, &L.bq, &L.bk, &L.bv, &L.wo,
-          &L.bo, &L.w_up, &L.b_up, &L.w_gate, &L.w_down, &L.b_down})
-      if (t->data()) b += t->nbytes();
-  if (W.lm_head.data()) b += W.lm_head.nbytes();
-  if (W.norm_w.data()) b += W.norm_w.nbytes();
+         {&L.ln1_w, &L.ln1_b, &L.wq, &L.bq, &L.wk, &L.bk, &L.wv, &L.bv, &L.wo, &L.bo, &L.ln2_w,
+          &L.ln2_b, &L.w_up, &L.b_up, &L.w_gate, &L.w_down, &L.b_down})
+      if (t->data()) v.push_back(*t);
+  for (const Tensor* t : {&W.norm_w, &W.norm_b, &W.lm_head})
+    if (t->data()) v.push_back(*t);
+  return v;
+}
+
+size_t OptimizedTransformer::weight_bytes_per_token() const {
+  size_t b = 0;
+  for (const Tensor& t : decode_weights()) b += t.nbytes();
   return b + static_cast<size_t>(impl_->cfg.hidden) * dtype_size(impl_->dt);
 }
 

@@ -250,6 +250,31 @@ TEST(Session, Bf16CacheTracksTheF32Cache) {
   }
 }
 
+// The weights a decode step streams (the bandwidth floor of `tboost bench`): every matrix,
+// bias and norm once, one row of the embedding table, counted from the config.
+TEST(Model, DecodeWeightsAreWhatAStepStreams) {
+  for (const std::string name : {"llama-tiny", "gpt2-tiny"}) {
+    SCOPED_TRACE(name);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      auto m = OptimizedTransformer::from_config(ModelConfig::builtin(name), {.dtype = dt}, 7);
+      const ModelConfig& c = m->config();
+      const int64_t C = c.hidden, F = c.ffn, kv = c.kv_heads * c.head_dim;
+      const bool gpt2 = name == "gpt2-tiny";
+      const int64_t layer =
+          gpt2 ? 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C
+               : C + C * C + 2 * C * kv + C * C + C + 3 * F * C;
+      const int64_t elems = c.layers * layer + (gpt2 ? 2 * C : C) + c.vocab * C;
+      int64_t got = 0;
+      for (const Tensor& t : m->decode_weights()) {
+        EXPECT_EQ(t.dtype(), dt);
+        got += t.numel();
+      }
+      EXPECT_EQ(got, elems);
+      EXPECT_EQ(m->weight_bytes_per_token(), static_cast<size_t>(elems + C) * dtype_size(dt));
+    }
+  }
+}
+
 // ---- bad input
 // -----------------------------------------------------------------------------------
 

@@ -75,6 +75,10 @@ class OptimizedTransformer {
   // (every matrix once, one embedding row).
   size_t weight_bytes() const;
   size_t weight_bytes_per_token() const;
+  // The weight tensors one decode step streams in full (every matrix, bias and norm once; the
+  // embedding table, of which a step reads one row, is left out): a benchmark reads them in
+  // turn with the decode as its bandwidth floor.
+  std::vector<Tensor> decode_weights() const;
   // Fused-graph report of one layer stack at `tokens` prefill tokens (ops, bytes, arena).
   std::string describe(int64_t tokens) const;
 
