@@ -25,6 +25,15 @@
    Medians and sample standard deviations of tokens/s are printed as one JSON line, with
    each run's figure and the lowest CPU share of a run (process CPU time / (wall x
    threads); below ~0.9 another process took the cores: rerun when the machine is idle).
+3. The decode floor, as `tboost bench` takes it: every --read-every tg tokens the clock stops
+   and a plain read of a buffer as large as the weights a step streams (every GGUF tensor
+   but token_embd, of which a step reads one row, unless it doubles as the output matrix) is
+   timed on the same threads, in this process, with tboost's read kernel
+   (build/release/bench/libtboost_read_probe.so through ctypes; --read-probe). Each run's
+   floor is its own reads' median; "tg_floor_fraction" is the median over runs of tokens/s
+   against it, and "dram_read_gbps" the reads' median. The host's memory speed moves by up
+   to 2x within minutes, so comparing two peers' floor fractions compares them at the same
+   memory speed, which their tokens/s from separate processes do not.
 
 Needs: pip install llama-cpp-python gguf safetensors torch numpy.
 Usage: nice -n 19 bench/peers/llama_cpp_bench.py /work/ckpt/llama-110m-f32 --type F32 --reps 5
@@ -218,6 +227,21 @@ def convert(ckpt, gtype, out_path):
     os.replace(out_path + ".tmp", out_path)
 
 
+def floor_bytes(gguf_path):
+    """(bytes the floor reads, bytes a decode step reads): every tensor once, but only one row
+    of token_embd unless no output.weight exists (then it is the output matrix too)."""
+    import gguf
+    r = gguf.GGUFReader(gguf_path)
+    tied = not any(t.name == "output.weight" for t in r.tensors)
+    streamed, row = 0, 0
+    for t in r.tensors:
+        if t.name == "token_embd.weight" and not tied:
+            row = int(t.n_bytes) // int(t.shape[-1] if len(t.shape) > 1 else 1)
+            continue
+        streamed += int(t.n_bytes)
+    return streamed, streamed + row
+
+
 # ----------------------------------------------------------------------------
 # Benchmark
 # ----------------------------------------------------------------------------
@@ -253,6 +277,10 @@ def main():
     ap.add_argument("--reconvert", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="keep llama.cpp's log")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--read-probe", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "../../build/release/bench/libtboost_read_probe.so"),
+        help="tboost's read kernel as a shared library (the floor; skipped if missing)")
+    ap.add_argument("--read-every", type=int, default=16, help="tg tokens between floor reads")
     args = ap.parse_args()
     global THREADS
     THREADS = args.threads
@@ -321,23 +349,49 @@ def main():
         L.llama_synchronize(ctx)
         return timed(n, t, c)
 
-    def run_tg(n):
+    probe = None
+    if args.read_probe and os.path.exists(args.read_probe):
+        probe = ctypes.CDLL(args.read_probe)
+        probe.tboost_read_seconds.restype = ctypes.c_double
+        probe.tboost_read_seconds.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+        streamed, bpt = floor_bytes(gguf_path)
+        floor_buf = np.ones(streamed // 8, dtype=np.int64)  # pages touched before any read
+    reads_all, fracs = [], []
+
+    def run_tg(n, floor=False):
         L.llama_memory_clear(mem, False)
         ids = [bos if bos is not None else rng.randrange(n_vocab)] + \
             [rng.randrange(n_vocab) for _ in range(n - 1)]
         arrs = [(L.llama_token * 1)(i) for i in ids]
-        t, c = time.perf_counter(), time.process_time()
-        for a in arrs:
+        wall = cpu = 0.0
+        reads = []
+        for i, a in enumerate(arrs):
+            if floor and probe is not None and i % args.read_every == 0:
+                reads.append(probe.tboost_read_seconds(floor_buf.ctypes.data, floor_buf.nbytes,
+                                                       args.threads))
+            t, c = time.perf_counter(), time.process_time()
             rc = L.llama_decode(ctx, L.llama_batch_get_one(a, 1))
             if rc != 0:
                 raise SystemExit(f"llama_decode returned {rc}")
             L.llama_synchronize(ctx)
-        return timed(n, t, c)
+            wall += time.perf_counter() - t
+            cpu += time.process_time() - c
+        if reads:
+            # floor tokens/s = (streamed / read seconds) / bytes per token
+            read_s = statistics.median(reads)
+            fracs.append(n / wall * read_s * bpt / floor_buf.nbytes)
+            reads_all.extend(reads)
+        return n / wall, cpu / (wall * THREADS)
 
     run_pp(args.pp)  # warm-ups, as llama-bench: one prompt, one generated token
     run_tg(1)
     pp, pp_util = zip(*[run_pp(args.pp) for _ in range(args.reps)])
-    tg, tg_util = zip(*[run_tg(args.tg) for _ in range(args.reps)])
+    tg, tg_util = zip(*[run_tg(args.tg, floor=True) for _ in range(args.reps)])
+    floor = {}
+    if fracs:
+        floor = {"tg_floor_fraction": round(statistics.median(fracs), 4),
+                 "dram_read_gbps": round(floor_buf.nbytes / statistics.median(reads_all) / 1e9, 2),
+                 "weight_bytes_per_token": bpt, "tg_floor_fractions": [round(x, 4) for x in fracs]}
 
     L.llama_free(ctx)
     L.llama_model_free(model)
@@ -356,7 +410,7 @@ def main():
         "convert_s": round(convert_s, 2), "load_s": round(load_s, 2),
         "llama_cpp_python": L.__version__,
         "system_info": L.llama_print_system_info().decode().strip(),
-        "cpu": platform.processor() or platform.machine()}))
+        "cpu": platform.processor() or platform.machine(), **floor}))
 
 
 if __name__ == "__main__":
