@@ -545,37 +545,45 @@ constexpr std::array<AxpyFn<TK>, sizeof...(I)> AxpyTable(std::integer_sequence<i
 // decode from cache.
 // Lanes: unpacklo/hi_epi16 of the two rows' 32 bf16 give the pairs of features 8L + {0..3} and
 // 8L + {4..7} of each 128-bit block L, so an accumulator pair (lo, hi) covers 32 features in
-// that order. PermuteIn / PermuteOut move 32 f32 outputs between it and the natural order.
+// that order. The task keeps its partial outputs in that lane order (lo, then hi, per 32
+// features) from span to span, and PvToNatural puts them in the natural order once at its end:
+// moving them in and out of the natural order on every span had cost 6 shuffles per 32
+// outputs per span, a third of the P·V of a 16-token page.
 struct PvLanes {
   __m512 lo, hi;
 };
-TBOOST_BF16_DOT_ATTR HWY_INLINE PvLanes PermuteIn(const float* HWY_RESTRICT o) {
-  const __m512 n0 = _mm512_loadu_ps(o), n1 = _mm512_loadu_ps(o + 16);
-  return {_mm512_shuffle_f32x4(n0, n1, 0x88), _mm512_shuffle_f32x4(n0, n1, 0xDD)};
-}
-TBOOST_BF16_DOT_ATTR HWY_INLINE void PermuteOut(const PvLanes& a, float* HWY_RESTRICT o) {
-  const __m512 t0 = _mm512_shuffle_f32x4(a.lo, a.hi, 0x44),
-               t1 = _mm512_shuffle_f32x4(a.lo, a.hi, 0xEE);
-  _mm512_storeu_ps(o, _mm512_shuffle_f32x4(t0, t0, 0xD8));
-  _mm512_storeu_ps(o + 16, _mm512_shuffle_f32x4(t1, t1, 0xD8));
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void PvToNatural(float* HWY_RESTRICT o, int64_t Dv) {
+  for (int64_t x = 0; x < Dv; x += 32) {
+    const __m512 lo = _mm512_loadu_ps(o + x), hi = _mm512_loadu_ps(o + x + 16);
+    const __m512 t0 = _mm512_shuffle_f32x4(lo, hi, 0x44), t1 = _mm512_shuffle_f32x4(lo, hi, 0xEE);
+    _mm512_storeu_ps(o + x, _mm512_shuffle_f32x4(t0, t0, 0xD8));
+    _mm512_storeu_ps(o + x + 16, _mm512_shuffle_f32x4(t1, t1, 0xD8));
+  }
 }
 
 // One pass of PvPairs: exactly GB query rows (a compile-time count: with a run-time count of
 // live rows, GCC moved vectors to and from the stack 70-140 times in the P·V of G = 3, 5, 6, 7).
+// nkeys rows: pairs of rows, and an odd last row as a pair of itself with weight 0 (no widened
+// path, which would need the natural order).
 template <int GB, int XB>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_t row_bytes,
-                                            int64_t npairs, int64_t X,
+                                            int64_t nkeys, int64_t X,
                                             const uint16_t* HWY_RESTRICT pb, int64_t ldp,
                                             float* HWY_RESTRICT os, int64_t ostride, bool lead) {
+  const int64_t steps = (nkeys + 1) / 2;
   for (int64_t x0 = 0; x0 < X; x0 += XB) {
     PvLanes acc[GB][XB];
 #pragma GCC unroll 16
     for (int g = 0; g < GB; ++g)
 #pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) acc[g][xb] = PermuteIn(os + g * ostride + (x0 + xb) * 32);
-    for (int64_t q = 0; q < npairs; ++q) {
+      for (int xb = 0; xb < XB; ++xb) {
+        const float* o = os + g * ostride + (x0 + xb) * 32;
+        acc[g][xb] = {_mm512_loadu_ps(o), _mm512_loadu_ps(o + 16)};
+      }
+    for (int64_t q = 0; q < steps; ++q) {
+      const bool single = 2 * q + 1 == nkeys;
       const char* r0 = row + 2 * q * row_bytes;
-      const char* r1 = r0 + row_bytes;
+      const char* r1 = single ? r0 : r0 + row_bytes;
       // Loaded as 16-bit lanes, the unpacks' own type: through _mm512_loadu_si512 GCC stored
       // each vector to the stack and unpacked it from there.
       __m512i a[XB], b[XB];
@@ -599,8 +607,8 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
       __m512bh pp[GB];
 #pragma GCC unroll 16
       for (int g = 0; g < GB; ++g) {
-        uint32_t pair;
-        std::memcpy(&pair, pb + g * ldp + 2 * q, sizeof pair);
+        uint32_t pair = pb[g * ldp + 2 * q];  // the odd last row: (weight, 0)
+        if (!single) std::memcpy(&pair, pb + g * ldp + 2 * q, sizeof pair);
         pp[g] = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
       }
 #pragma GCC unroll 16
@@ -617,37 +625,40 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
 #pragma GCC unroll 16
     for (int g = 0; g < GB; ++g)
 #pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) PermuteOut(acc[g][xb], os + g * ostride + (x0 + xb) * 32);
+      for (int xb = 0; xb < XB; ++xb) {
+        float* o = os + g * ostride + (x0 + xb) * 32;
+        _mm512_storeu_ps(o, acc[g][xb].lo);
+        _mm512_storeu_ps(o + 16, acc[g][xb].hi);
+      }
   }
 }
 
-// os[g·ostride + x] += sum over the pairs q < npairs of value rows 2q, 2q + 1 (row_bytes apart)
-// weighted by the bf16 pair at pb[g·ldp + 2q], for the G query rows and the XB·32 features at
-// x0 (every XB-chunk of X = Dv / 32). Outputs of GB rows x XB chunks (16 registers) stay in
-// registers while the pairs stream by; each pair's two rows are read front to back, one after
-// the other; further passes read the pairs from L1.
+// os[g·ostride + :] (lane order) += sum over value rows t < nkeys (row_bytes apart), in pairs
+// 2q, 2q + 1, weighted by the bf16 pair at pb[g·ldp + 2q], for the G query rows and the XB·32
+// features at x0 (every XB-chunk of X = Dv / 32). Outputs of GB rows x XB chunks (16
+// registers) stay in registers while the pairs stream by; each pair's two rows are read front
+// to back, one after the other; further passes read the pairs from L1.
 template <int G, int XB>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64_t row_bytes,
-                                             int64_t npairs, int64_t X,
+                                             int64_t nkeys, int64_t X,
                                              const uint16_t* HWY_RESTRICT pb, int64_t ldp,
                                              float* HWY_RESTRICT os, int64_t ostride) {
   constexpr int GB = std::max(1, std::min(G, 8 / XB)), kFull = G / GB, kRest = G % GB;
   for (int i = 0; i < kFull; ++i)
-    PvPass<GB, XB>(row, row_bytes, npairs, X, pb + i * GB * ldp, ldp, os + i * GB * ostride,
-                   ostride, i == 0);
+    PvPass<GB, XB>(row, row_bytes, nkeys, X, pb + i * GB * ldp, ldp, os + i * GB * ostride, ostride,
+                   i == 0);
   if constexpr (kRest > 0)
-    PvPass<kRest, XB>(row, row_bytes, npairs, X, pb + kFull * GB * ldp, ldp,
+    PvPass<kRest, XB>(row, row_bytes, nkeys, X, pb + kFull * GB * ldp, ldp,
                       os + kFull * GB * ostride, ostride, kFull == 0);
 }
 
-// The value rows of a span (n rows, Dv a multiple of 32) in blocks of pairs; an odd
-// last row takes the widened path with its f32 weight (ps). The first pass over a block (PvPass's
-// lead) asks for each line 4 KiB ahead (StreamAhead).
+// The value rows of a span (n rows, Dv a multiple of 32) in blocks of pairs, into outputs in
+// lane order (PvToNatural). The first pass over a block (PvPass's lead) asks for each line
+// 4 KiB ahead (StreamAhead).
 template <int G>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t row_bytes, int64_t n,
-                                                      int64_t Dv, const uint16_t* pb,
-                                                      const float* ps, int64_t ldp, float* os,
-                                                      int64_t ostride) {
+                                                      int64_t Dv, const uint16_t* pb, int64_t ldp,
+                                                      float* os, int64_t ostride) {
   const int64_t X = Dv / 32;
   // Chunks of 32 features per pass (XB) and rows per pass (GB = 8 / XB, PvPairs): over all
   // passes a pair of keys costs 2·X·G vdpbf16ps, plus 4·X·G / GB loads and unpacks (each pass
@@ -661,29 +672,27 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t r
   // Pairs per block: the block's rows (16 KiB) stay in L1 for the later passes; more pairs per
   // block spread the permutes of the outputs over more keys.
   const int64_t block = std::clamp<int64_t>((16 << 10) / (4 * Dv), 8, 32);
-  for (int64_t t = 0; t + 1 < n; t += 2 * block) {
-    const int64_t np = std::min(block, (n - t) / 2);
+  for (int64_t t = 0; t < n; t += 2 * block) {
+    const int64_t nk = std::min(2 * block, n - t);
     const char* r = row + t * row_bytes;
     switch (XB) {
       case 8:
-        PvPairs<G, 8>(r, row_bytes, np, X, pb + t, ldp, os, ostride);
+        PvPairs<G, 8>(r, row_bytes, nk, X, pb + t, ldp, os, ostride);
         break;
       case 4:
-        PvPairs<G, 4>(r, row_bytes, np, X, pb + t, ldp, os, ostride);
+        PvPairs<G, 4>(r, row_bytes, nk, X, pb + t, ldp, os, ostride);
         break;
       case 2:
-        PvPairs<G, 2>(r, row_bytes, np, X, pb + t, ldp, os, ostride);
+        PvPairs<G, 2>(r, row_bytes, nk, X, pb + t, ldp, os, ostride);
         break;
       default:
-        PvPairs<G, 1>(r, row_bytes, np, X, pb + t, ldp, os, ostride);
+        PvPairs<G, 1>(r, row_bytes, nk, X, pb + t, ldp, os, ostride);
     }
   }
-  if (n % 2)
-    AxpyKeys<bf16_t, 1, G>(row + (n - 1) * row_bytes, row_bytes, Dv, ps + n - 1, ldp, os, ostride);
 }
 
-using AxpyBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint16_t*, const float*,
-                              int64_t, float*, int64_t);
+using AxpyBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
+                              float*, int64_t);
 template <int... I>
 constexpr std::array<AxpyBf16DpFn, sizeof...(I)> AxpyBf16DpTable(std::integer_sequence<int, I...>) {
   return {&AxpySpanBf16Dp<I + 1>...};
@@ -844,8 +853,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
         const int64_t off = hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (dp_pv) {
-          dp_axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.pb + off, sc.s + off,
-                                               kDecodeSub, part[hh] + 2, P);
+          dp_axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub,
+                                               part[hh] + 2, P);
           continue;
         }
 #endif
@@ -854,6 +863,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       }
     });
   }
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+  if (dp_pv)  // the pair P·V's outputs from lane order to the natural one
+    for (int64_t hh = 0; hh < nh; ++hh)
+      for (int64_t g = 0; g < G; ++g) PvToNatural(part[hh] + g * P + 2, Dv);
+#endif
 }
 
 // Row i of q head h of sequence b from its merged partial: O / L into the output, and the
