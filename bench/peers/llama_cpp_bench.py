@@ -28,8 +28,10 @@
 3. The decode floor, as `tboost bench` takes it: every --read-every tg tokens the clock stops
    and a plain read of a buffer as large as the weights a step streams (every GGUF tensor
    but token_embd, of which a step reads one row, unless it doubles as the output matrix) is
-   timed on the same threads, in this process, with tboost's read kernel
-   (build/release/bench/libtboost_read_probe.so through ctypes; --read-probe). Each run's
+   timed on the same threads, in this process, with tboost's read kernel on a buffer of 2 MiB
+   pages as tboost's weights are (build/release/bench/libtboost_read_probe.so through
+   ctypes; --read-probe). llama.cpp's own weights sit on 4 KiB pages (no madvise); the floor
+   is the machine's, so it is read as fast as the machine allows. Each run's
    floor is its own reads' median; "tg_floor_fraction" is the median over runs of tokens/s
    against it, and "dram_read_gbps" the reads' median. The host's memory speed moves by up
    to 2x within minutes, so comparing two peers' floor fractions compares them at the same
@@ -354,8 +356,14 @@ def main():
         probe = ctypes.CDLL(args.read_probe)
         probe.tboost_read_seconds.restype = ctypes.c_double
         probe.tboost_read_seconds.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+        probe.tboost_read_buffer_new.restype = ctypes.c_void_p
+        probe.tboost_read_buffer_new.argtypes = [ctypes.c_int64]
+        probe.tboost_read_buffer_free.argtypes = [ctypes.c_void_p]
         streamed, bpt = floor_bytes(gguf_path)
-        floor_buf = np.ones(streamed // 8, dtype=np.int64)  # pages touched before any read
+        # On 2 MiB pages, as tboost's weights are (a numpy array's 4 KiB pages read slower).
+        floor_ptr = probe.tboost_read_buffer_new(streamed)
+        if not floor_ptr:
+            raise SystemExit(f"could not allocate the {streamed}-byte floor buffer")
     reads_all, fracs = [], []
 
     def run_tg(n, floor=False):
@@ -367,8 +375,7 @@ def main():
         reads = []
         for i, a in enumerate(arrs):
             if floor and probe is not None and i % args.read_every == 0:
-                reads.append(probe.tboost_read_seconds(floor_buf.ctypes.data, floor_buf.nbytes,
-                                                       args.threads))
+                reads.append(probe.tboost_read_seconds(floor_ptr, streamed, args.threads))
             t, c = time.perf_counter(), time.process_time()
             rc = L.llama_decode(ctx, L.llama_batch_get_one(a, 1))
             if rc != 0:
@@ -379,7 +386,7 @@ def main():
         if reads:
             # floor tokens/s = (streamed / read seconds) / bytes per token
             read_s = statistics.median(reads)
-            fracs.append(n / wall * read_s * bpt / floor_buf.nbytes)
+            fracs.append(n / wall * read_s * bpt / streamed)
             reads_all.extend(reads)
         return n / wall, cpu / (wall * THREADS)
 
@@ -390,7 +397,7 @@ def main():
     floor = {}
     if fracs:
         floor = {"tg_floor_fraction": round(statistics.median(fracs), 4),
-                 "dram_read_gbps": round(floor_buf.nbytes / statistics.median(reads_all) / 1e9, 2),
+                 "dram_read_gbps": round(streamed / statistics.median(reads_all) / 1e9, 2),
                  "weight_bytes_per_token": bpt, "tg_floor_fractions": [round(x, 4) for x in fracs]}
 
     L.llama_free(ctx)
