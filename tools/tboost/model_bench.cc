@@ -155,6 +155,9 @@ int run_model_bench(const ModelBenchArgs& a) {
     j["tg_sd"] = sg.sd;
     j["weight_bytes_per_token"] = bpt;
     j["tg_floor_fraction"] = floor_frac;
+    j["pp_runs"] = pp;  // each run's figure, as the peers' scripts print them
+    j["tg_runs"] = tg;
+    j["tg_floor_fractions"] = frac;
     j["peak_rss_bytes"] = rss;
     j["dram_read_gbps"] = read_gbps;
     j["prompt_tokens"] = a.prompt;
