@@ -54,10 +54,15 @@ struct DecodeScratch {
 // rows are bound by their FMAs, and the sweep loads each q vector once for several keys). The
 // bf16 pair dot stays on the sweep for 3+ rows: measured no faster sequentially.
 constexpr int kSeqMaxG = 4;
-// StreamAhead at a distance of pf bytes (the bf16 pair kernels): a paged task's last head
-// asks for the next page's rows instead of the bytes after its own page (DecodeTask).
+// StreamAhead at a distance of pf bytes (every decode kernel takes it): a paged task's last
+// head asks for the next page's rows instead of the bytes after its own page (DecodeTask).
 HWY_INLINE void AheadBy(const void* p, int64_t pf) {
   __builtin_prefetch(static_cast<const char*>(p) + pf, 0, 3);
+}
+// AheadBy for the load at element i of a row of T, once per 64 bytes (StreamAheadAt's rule).
+template <class T>
+HWY_INLINE void AheadAt(const T* row, int64_t i, int64_t pf) {
+  if (((i * static_cast<int64_t>(sizeof(T))) & 63) == 0) AheadBy(row + i, pf);
 }
 constexpr int kSeqMaxGDp = 2;
 // Adjacent kv heads' rows at most this far apart: a decode task takes several heads at once
@@ -171,7 +176,8 @@ HWY_INLINE void StoreScores(const VF (&acc)[G][KK], float scale, float* HWY_REST
 // past D): out[g·ostride + kk].
 template <class TK, int G, int KK>
 HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t D, int64_t Dp,
-                        const float* HWY_RESTRICT qs, float* HWY_RESTRICT out, int64_t ostride) {
+                        const float* HWY_RESTRICT qs, float* HWY_RESTRICT out, int64_t ostride,
+                        int64_t pf) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[G][KK];
@@ -190,7 +196,7 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
     for (int kk = 0; kk < KK; ++kk) {
       const TK* k = reinterpret_cast<const TK*>(row + kk * row_bytes);
       for (int64_t x = 0; x < Dfull; x += N) {
-        StreamAheadAt(k, x);
+        AheadAt(k, x, pf);
         const VF kv = LoadF(d, k + x);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
@@ -214,7 +220,7 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
       if (x + N <= D) {
 #pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk) {
-          StreamAheadAt(k[kk], x);
+          AheadAt(k[kk], x, pf);
           kv[kk] = LoadF(d, k[kk] + x);
         }
       } else {
@@ -236,13 +242,14 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
 // Scores of n consecutive key rows against G query rows.
 template <class TK, int G>
 HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t D, int64_t Dp,
-                          const float* qs, float* out, int64_t ostride) {
+                          const float* qs, float* out, int64_t ostride, int64_t pf) {
   constexpr int KK = KeysAtOnce(G);
   int64_t t = 0;
   for (; t + KK <= n; t += KK) {
-    DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
+    DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride, pf);
   }
-  for (; t < n; ++t) DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride);
+  for (; t < n; ++t)
+    DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride, pf);
 }
 
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
@@ -334,7 +341,7 @@ constexpr std::array<DotBf16DpFn, sizeof...(I)> DotBf16DpTable(std::integer_sequ
 template <class TK, int KK, int G>
 HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t Dv,
                               const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
-                              int64_t ostride) {
+                              int64_t ostride, int64_t pf) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const TK* v[KK];
@@ -344,9 +351,9 @@ HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, i
     VF a0[KK], a1[KK];
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
-      StreamAheadAt(v[kk], x);
+      AheadAt(v[kk], x, pf);
       a0[kk] = LoadF(d, v[kk] + x);
-      StreamAheadAt(v[kk], x + N);
+      AheadAt(v[kk], x + N, pf);
       a1[kk] = LoadF(d, v[kk] + x + N);
     }
 #pragma GCC unroll 16
@@ -391,7 +398,7 @@ constexpr int AxpyRowsPerPass(int OV) {
 template <class TK, int OV, int G>
 HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t KK,
                             const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
-                            int64_t ostride) {
+                            int64_t ostride, int64_t pf) {
   constexpr int GB = std::min(G, AxpyRowsPerPass(OV));
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -410,7 +417,7 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
       for (int g = 0; g < GB; ++g) pg[g] = hn::Set(d, g < gn ? p[(g0 + g) * pstride + kk] : 0.0f);
 #pragma GCC unroll 16
       for (int x = 0; x < OV; ++x) {
-        if (g0 == 0) StreamAheadAt(v, x * N);  // later passes read the rows from L1
+        if (g0 == 0) AheadAt(v, x * N, pf);  // later passes read the rows from L1
         const VF a = LoadF(d, v + x * N);
 #pragma GCC unroll 16
         for (int g = 0; g < GB; ++g) o[g][x] = hn::MulAdd(pg[g], a, o[g][x]);
@@ -431,16 +438,16 @@ HWY_INLINE bool AxpySequential(int G, int64_t Dv) {
 template <class TK, int KK, int G>
 HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t Dv,
                          const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
-                         int64_t ostride) {
+                         int64_t ostride, int64_t pf) {
   // Row by row up to kSeqMaxG query rows (in passes of AxpyKeysSeq's GB rows, the later passes
   // from L1); more query rows per key are bound by their FMAs: the sweep reads each row once
   // (where AxpySpan's register tiles do not apply).
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   if constexpr (G <= kSeqMaxG) {  // AxpySequential(G, Dv) says the same
-    if (Dv == 8 * N) return AxpyKeysSeq<TK, 8, G>(row, row_bytes, KK, p, pstride, os, ostride);
-    if (Dv == 4 * N) return AxpyKeysSeq<TK, 4, G>(row, row_bytes, KK, p, pstride, os, ostride);
+    if (Dv == 8 * N) return AxpyKeysSeq<TK, 8, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+    if (Dv == 4 * N) return AxpyKeysSeq<TK, 4, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
   }
-  AxpyKeysSweep<TK, KK, G>(row, row_bytes, Dv, p, pstride, os, ostride);
+  AxpyKeysSweep<TK, KK, G>(row, row_bytes, Dv, p, pstride, os, ostride, pf);
 }
 
 // os[g·ostride + x0 + :XV·N] += sum over the n value rows t of p[g·pstride + t] · vrow_t, for
@@ -451,7 +458,7 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 template <class TK, int GR, int XV>
 HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n, bool lead,
                          int64_t vbytes, const float* HWY_RESTRICT p, int64_t pstride,
-                         float* HWY_RESTRICT os, int64_t ostride) {
+                         float* HWY_RESTRICT os, int64_t ostride, int64_t pf) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[GR][XV];
@@ -461,7 +468,7 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
     for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
   for (int64_t t = 0; t < n; ++t) {
     if (lead)
-      for (int64_t b = 0; b < vbytes; b += 64) StreamAhead(row + t * row_bytes + b);
+      for (int64_t b = 0; b < vbytes; b += 64) AheadBy(row + t * row_bytes + b, pf);
     const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
     VF a[XV];
 #pragma GCC unroll 16
@@ -484,21 +491,21 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 template <class TK, int GR>
 HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV, bool lead,
                              int64_t vbytes, const float* p, int64_t pstride, float* os,
-                             int64_t ostride) {
+                             int64_t ostride, int64_t pf) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t x = 0;
   for (; x + 4 <= OV; x += 4)
     AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n, lead && x == 0, vbytes, p, pstride,
-                        os + x * N, ostride);
+                        os + x * N, ostride, pf);
   const char* r = row + x * N * sizeof(TK);
   const bool a = lead && x == 0;
   switch (OV - x) {
     case 3:
-      return AxpyTile<TK, GR, 3>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride);
+      return AxpyTile<TK, GR, 3>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride, pf);
     case 2:
-      return AxpyTile<TK, GR, 2>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride);
+      return AxpyTile<TK, GR, 2>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride, pf);
     case 1:
-      return AxpyTile<TK, GR, 1>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride);
+      return AxpyTile<TK, GR, 1>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride, pf);
     default:
       return;
   }
@@ -506,7 +513,8 @@ HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int6
 
 template <class TK, int G>
 HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
-                           const float* p, int64_t pstride, float* os, int64_t ostride) {
+                           const float* p, int64_t pstride, float* os, int64_t ostride,
+                           int64_t pf) {
   const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK));
   // More than kSeqMaxG query rows on AVX-512: register tiles across the whole span. The sweep
   // below keeps its outputs in memory, so each 8-key block's 8 dependent FMAs per output vector
@@ -520,24 +528,24 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
       constexpr int kFull = G / 4, kRest = G % 4;
       for (int i = 0; i < kFull; ++i)
         AxpyTileRows<TK, 4>(row, row_bytes, n, Dv / N, i == 0, bytes, p + i * 4 * pstride, pstride,
-                            os + i * 4 * ostride, ostride);
+                            os + i * 4 * ostride, ostride, pf);
       if constexpr (kRest > 0)
         AxpyTileRows<TK, kRest>(row, row_bytes, n, Dv / N, false, bytes, p + kFull * 4 * pstride,
-                                pstride, os + kFull * 4 * ostride, ostride);
+                                pstride, os + kFull * 4 * ostride, ostride, pf);
       return;
     }
   }
   int64_t t = 0;
   for (; t + kAxpyKeys <= n; t += kAxpyKeys) {
-    AxpyKeys<TK, kAxpyKeys, G>(row + t * row_bytes, row_bytes, Dv, p + t, pstride, os, ostride);
+    AxpyKeys<TK, kAxpyKeys, G>(row + t * row_bytes, row_bytes, Dv, p + t, pstride, os, ostride, pf);
   }
   for (; t < n; ++t)
-    AxpyKeys<TK, 1, G>(row + t * row_bytes, row_bytes, Dv, p + t, pstride, os, ostride);
+    AxpyKeys<TK, 1, G>(row + t * row_bytes, row_bytes, Dv, p + t, pstride, os, ostride, pf);
 }
 
 template <class TK>
 using AxpyFn = void (*)(const char*, int64_t, int64_t, int64_t, const float*, int64_t, float*,
-                        int64_t);
+                        int64_t, int64_t);
 template <class TK, int... I>
 constexpr std::array<AxpyFn<TK>, sizeof...(I)> AxpyTable(std::integer_sequence<int, I...>) {
   return {&AxpySpan<TK, I + 1>...};
@@ -709,7 +717,7 @@ constexpr std::array<AxpyBf16DpFn, sizeof...(I)> AxpyBf16DpTable(std::integer_se
 
 template <class TK>
 using DotFn = void (*)(const char*, int64_t, int64_t, int64_t, int64_t, const float*, float*,
-                       int64_t);
+                       int64_t, int64_t);
 template <class TK, int... I>
 constexpr std::array<DotFn<TK>, sizeof...(I)> DotTable(std::integer_sequence<int, I...>) {
   return {&DotSpan<TK, I + 1>...};
@@ -830,16 +838,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // The prefetch distance of the task's last head in a span of a paged cache: from its rows to
   // the same rows of the next page's first head (key jn on), where the fixed distance points
   // past its page, at a block of another sequence or none, and the next page's first rows went
-  // unrequested (an eighth of the bytes at 8 heads per task, half at 2). bf16 pair kernels
-  // only. Alternated in one process: GQA-4 bf16 with 16-token pages 6-21% faster from DRAM
-  // (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; from cache 5-26%.
+  // unrequested (an eighth of the bytes at 8 heads per task, half at 2). Alternated in one
+  // process with 16-token pages, from DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 ->
+  // 0.49-0.75 of the read), MHA 2-17%; f32 GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
   auto next_pf = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes) {
     if (!kv.table || jn > hi) return kStreamAheadBytes;
     const char* next = kv.base + kv.table[jn / kv.block_size] * kv.page_bytes +
                        (jn % kv.block_size) * kv.row_bytes;
     return static_cast<int64_t>(next - (row + (nh - 1) * head_bytes));
   };
-  (void)next_pf;  // used by the bf16 pair kernels only
 
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
     const int64_t s1 = std::min(hi + 1, s0 + kDecodeSub);
@@ -858,8 +865,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           continue;
         }
 #endif
-        dots[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, Dp, sc.qs + hh * Gd * Dp, out,
-                                          kDecodeSub);
+        dots[static_cast<size_t>(Gd - 1)](
+            hrow, kr.row_bytes, n, D, Dp, sc.qs + hh * Gd * Dp, out, kDecodeSub,
+            hh + 1 == nh ? next_pf(kr, row, j + n, k_head_bytes) : kStreamAheadBytes);
       }
     });
     // Mask, then the online softmax per row; the weights also as bf16 for the pair P·V.
@@ -882,8 +890,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           continue;
         }
 #endif
-        axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub,
-                                          part[hh] + 2, P);
+        axpys[static_cast<size_t>(G - 1)](
+            hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, part[hh] + 2, P,
+            hh + 1 == nh ? next_pf(vr, row, j + n, v_head_bytes) : kStreamAheadBytes);
       }
     });
   }
