@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tboost/core/tensor.h"
+
 namespace tboost::bench {
 
 struct Timing {
@@ -62,6 +64,9 @@ void stream_kernel(float* const* outs, int writes, const float* const* ins, int 
 // vectors is skipped): the read stream behind Limits::read_gbps, also used to read the
 // very buffers an op reads, as a floor timed in turn with it.
 void read_kernel(const void* in, int64_t bytes, int threads);
+// read_kernel over each tensor in turn: the floor of a weight-streaming benchmark (a GEMV chain,
+// a whole model's decode), timed in turn with it.
+void read_tensors(const std::vector<Tensor>& ts, int threads);
 
 struct Result {
   std::string name;

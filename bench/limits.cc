@@ -148,6 +148,10 @@ void read_kernel(const void* in, int64_t bytes, int threads) {
   }
 }
 
+void read_tensors(const std::vector<Tensor>& ts, int threads) {
+  for (const Tensor& t : ts) read_kernel(t.data(), static_cast<int64_t>(t.nbytes()), threads);
+}
+
 Limits measure_limits(int threads, bool quick) {
   Limits l;
   l.threads = threads;

@@ -2,8 +2,9 @@
 // ctypes): a peer's decode is then timed against reads taken in turn in its own process, as
 // `tboost bench` times ours. The host's memory speed moves by up to 2x within minutes
 // (PERF.md), so a read from another process or another minute says little about a given run.
-// The buffer comes from here, on 2 MiB pages as tboost's own weights are (aligned_buffer): a
-// numpy array on 4 KiB pages read 28 GB/s where the same read of tboost's weights got 41.
+// The buffer comes from here, allocated as tboost's own weights are (aligned_buffer: 2 MiB pages
+// where the kernel allows), so a peer's floor and ours are the same read. (A numpy buffer read
+// alike in one process: 40.6-43.6 GB/s against 42.0-43.1.)
 #include <chrono>
 #include <cstdint>
 #include <cstring>

@@ -349,14 +349,13 @@ struct DirectMatmul {
   }
 };
 
-// A plain read of every Linear's weight (input 1) in `calls`: the floor of a weight-streaming
+// Every Linear's weight (input 1) in `calls`, for read_tensors: the floor of a weight-streaming
 // benchmark, timed in turn with it, since the host's memory speed drifts within a run (and
 // differs between allocations), so the read measured at the run's start is not its floor.
-void read_weights(const std::vector<std::unique_ptr<Call>>& calls, int threads) {
-  for (const auto& c : calls) {
-    const Tensor& w = c->pack.inputs[1];
-    read_kernel(w.data(), static_cast<int64_t>(w.nbytes()), threads);
-  }
+std::vector<Tensor> weights_of(const std::vector<std::unique_ptr<Call>>& calls) {
+  std::vector<Tensor> w;
+  for (const auto& c : calls) w.push_back(c->pack.inputs[1]);
+  return w;
 }
 
 // Decode GEMV: M = 1 (and a 4-sequence batch) against weights from DRAM: each timed call runs
@@ -398,7 +397,8 @@ void gemv_cases(Runner& R) {
       r.dtype = dtype_name(dt);
       r.flops = 2.0 * static_cast<double>(s.M * s.K * s.N);
       r.bytes = wbytes;
-      auto read = [&] { read_weights(ours, R.ctx.num_threads()); };
+      const std::vector<Tensor> wts = weights_of(ours);
+      auto read = [&] { read_tensors(wts, R.ctx.num_threads()); };
       Timing o, tr;
       if (direct_ok) {
         const auto ts = time_alternating({run_ours,
@@ -465,7 +465,7 @@ void gemv_layer_cases(Runner& R) {
         [&] {
           for (auto& c : calls) (*c)(R.ctx);
         },
-        [&] { read_weights(calls, R.ctx.num_threads()); }, R.budget());
+        [&, wts = weights_of(calls)] { read_tensors(wts, R.ctx.num_threads()); }, R.budget());
     Result r;
     r.name = name;
     r.dtype = dtype_name(dt);

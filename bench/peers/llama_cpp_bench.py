@@ -28,10 +28,9 @@
 3. The decode floor, as `tboost bench` takes it: every --read-every tg tokens the clock stops
    and a plain read of a buffer as large as the weights a step streams (every GGUF tensor
    but token_embd, of which a step reads one row, unless it doubles as the output matrix) is
-   timed on the same threads, in this process, with tboost's read kernel on a buffer of 2 MiB
-   pages as tboost's weights are (build/release/bench/libtboost_read_probe.so through
-   ctypes; --read-probe). llama.cpp's own weights sit on 4 KiB pages (no madvise); the floor
-   is the machine's, so it is read as fast as the machine allows. Each run's
+   timed on the same threads, in this process, with tboost's read kernel on a buffer
+   allocated as tboost's weights are (build/release/bench/libtboost_read_probe.so through
+   ctypes; --read-probe), so both libraries' floors are the same read. Each run's
    floor is its own reads' median; "tg_floor_fraction" is the median over runs of tokens/s
    against it, and "dram_read_gbps" the reads' median. The host's memory speed moves by up
    to 2x within minutes, so comparing two peers' floor fractions compares them at the same
@@ -360,7 +359,7 @@ def main():
         probe.tboost_read_buffer_new.argtypes = [ctypes.c_int64]
         probe.tboost_read_buffer_free.argtypes = [ctypes.c_void_p]
         streamed, bpt = floor_bytes(gguf_path)
-        # On 2 MiB pages, as tboost's weights are (a numpy array's 4 KiB pages read slower).
+        # Allocated as tboost's weights are, so both floors are the same read.
         floor_ptr = probe.tboost_read_buffer_new(streamed)
         if not floor_ptr:
             raise SystemExit(f"could not allocate the {streamed}-byte floor buffer")

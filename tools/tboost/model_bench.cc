@@ -93,8 +93,7 @@ int run_model_bench(const ModelBenchArgs& a) {
   for (const Tensor& t : dw) streamed += static_cast<double>(t.nbytes());
   auto read_weights = [&] {
     const auto t0 = std::chrono::steady_clock::now();
-    for (const Tensor& t : dw)
-      bench::read_kernel(t.data(), static_cast<int64_t>(t.nbytes()), threads);
+    bench::read_tensors(dw, threads);
     return seconds_since(t0);
   };
   const double bpt = static_cast<double>(m->weight_bytes_per_token());
@@ -133,7 +132,7 @@ int run_model_bench(const ModelBenchArgs& a) {
   }
   if (reads_all.empty())  // no decode runs: the read alone, for the report
     for (int i = 0; i < 5; ++i) reads_all.push_back(read_weights());
-  // Peak RSS before the bandwidth probe allocates its own buffers.
+  // Peak RSS (the floor reads the model's own weights: no buffer of its own).
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double rss = static_cast<double>(ru.ru_maxrss) * 1024.0;

@@ -54,16 +54,6 @@ struct DecodeScratch {
 // rows are bound by their FMAs, and the sweep loads each q vector once for several keys). The
 // bf16 pair dot stays on the sweep for 3+ rows: measured no faster sequentially.
 constexpr int kSeqMaxG = 4;
-// StreamAhead at a distance of pf bytes (every decode kernel takes it): a paged task's last
-// head asks for the next page's rows instead of the bytes after its own page (DecodeTask).
-HWY_INLINE void AheadBy(const void* p, int64_t pf) {
-  __builtin_prefetch(static_cast<const char*>(p) + pf, 0, 3);
-}
-// AheadBy for the load at element i of a row of T, once per 64 bytes (StreamAheadAt's rule).
-template <class T>
-HWY_INLINE void AheadAt(const T* row, int64_t i, int64_t pf) {
-  if (((i * static_cast<int64_t>(sizeof(T))) & 63) == 0) AheadBy(row + i, pf);
-}
 constexpr int kSeqMaxGDp = 2;
 // Adjacent kv heads' rows at most this far apart: a decode task takes several heads at once
 // (DecodeForward).
@@ -196,7 +186,7 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
     for (int kk = 0; kk < KK; ++kk) {
       const TK* k = reinterpret_cast<const TK*>(row + kk * row_bytes);
       for (int64_t x = 0; x < Dfull; x += N) {
-        AheadAt(k, x, pf);
+        StreamAheadAt(k, x, pf);
         const VF kv = LoadF(d, k + x);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
@@ -220,7 +210,7 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
       if (x + N <= D) {
 #pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk) {
-          AheadAt(k[kk], x, pf);
+          StreamAheadAt(k[kk], x, pf);
           kv[kk] = LoadF(d, k[kk] + x);
         }
       } else {
@@ -278,7 +268,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
     for (int kk = 0; kk < KK; ++kk) {
       const uint32_t* k = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
       for (int64_t p = 0; p < P; p += 16) {
-        AheadBy(k + p, pf);
+        StreamAhead(k + p, pf);
         const __m512i kv = _mm512_loadu_si512(k + p);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
@@ -293,7 +283,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
       __m512bh kv[KK];
 #pragma GCC unroll 16
       for (int kk = 0; kk < KK; ++kk) {
-        AheadBy(k[kk] + p, pf);
+        StreamAhead(k[kk] + p, pf);
         kv[kk] = (__m512bh)_mm512_loadu_si512(k[kk] + p);
       }
 #pragma GCC unroll 16
@@ -351,9 +341,9 @@ HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, i
     VF a0[KK], a1[KK];
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
-      AheadAt(v[kk], x, pf);
+      StreamAheadAt(v[kk], x, pf);
       a0[kk] = LoadF(d, v[kk] + x);
-      AheadAt(v[kk], x + N, pf);
+      StreamAheadAt(v[kk], x + N, pf);
       a1[kk] = LoadF(d, v[kk] + x + N);
     }
 #pragma GCC unroll 16
@@ -417,7 +407,7 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
       for (int g = 0; g < GB; ++g) pg[g] = hn::Set(d, g < gn ? p[(g0 + g) * pstride + kk] : 0.0f);
 #pragma GCC unroll 16
       for (int x = 0; x < OV; ++x) {
-        if (g0 == 0) AheadAt(v, x * N, pf);  // later passes read the rows from L1
+        if (g0 == 0) StreamAheadAt(v, x * N, pf);  // later passes read the rows from L1
         const VF a = LoadF(d, v + x * N);
 #pragma GCC unroll 16
         for (int g = 0; g < GB; ++g) o[g][x] = hn::MulAdd(pg[g], a, o[g][x]);
@@ -468,7 +458,7 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
     for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
   for (int64_t t = 0; t < n; ++t) {
     if (lead)
-      for (int64_t b = 0; b < vbytes; b += 64) AheadBy(row + t * row_bytes + b, pf);
+      for (int64_t b = 0; b < vbytes; b += 64) StreamAhead(row + t * row_bytes + b, pf);
     const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
     VF a[XV];
 #pragma GCC unroll 16
@@ -607,17 +597,17 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
       // chunks of the block then find theirs in flight or in cache).
       if (lead && x0 == 0 && XB < X)
         for (int64_t c = 0; c < X; ++c) {
-          AheadBy(r0 + c * 64, pf);
-          AheadBy(r1 + c * 64, pf);
+          StreamAhead(r0 + c * 64, pf);
+          StreamAhead(r1 + c * 64, pf);
         }
 #pragma GCC unroll 16
       for (int xb = 0; xb < XB; ++xb) {
-        if (lead && XB == X) AheadBy(r0 + (x0 + xb) * 64, pf);
+        if (lead && XB == X) StreamAhead(r0 + (x0 + xb) * 64, pf);
         a[xb] = _mm512_loadu_epi16(r0 + (x0 + xb) * 64);
       }
 #pragma GCC unroll 16
       for (int xb = 0; xb < XB; ++xb) {
-        if (lead && XB == X) AheadBy(r1 + (x0 + xb) * 64, pf);
+        if (lead && XB == X) StreamAhead(r1 + (x0 + xb) * 64, pf);
         b[xb] = _mm512_loadu_epi16(r1 + (x0 + xb) * 64);
       }
       __m512bh pp[GB];
@@ -835,13 +825,14 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   }
   lo = std::max(lo, c0);
   hi = std::min(hi, c1 - 1);
-  // The prefetch distance of the task's last head in a span of a paged cache: from its rows to
-  // the same rows of the next page's first head (key jn on), where the fixed distance points
-  // past its page, at a block of another sequence or none, and the next page's first rows went
-  // unrequested (an eighth of the bytes at 8 heads per task, half at 2). Alternated in one
-  // process with 16-token pages, from DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 ->
-  // 0.49-0.75 of the read), MHA 2-17%; f32 GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
-  auto next_pf = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes) {
+  // The prefetch distance (StreamAhead's `ahead`) of the task's last head in a span of a paged
+  // cache: from its rows to the same rows of the next page's first head (key jn on), where the
+  // fixed distance points past its page, at a block of another sequence or none, and the next
+  // page's first rows went unrequested (an eighth of the bytes at 8 heads per task, half at 2).
+  // Alternated in one process with 16-token pages, from DRAM: bf16 GQA-4 6-21% faster (4 rounds,
+  // 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32 GQA-4 4-6%, MHA -1 to +4%; from cache
+  // 5-26%.
+  auto ahead_of_last = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes) {
     if (!kv.table || jn > hi) return kStreamAheadBytes;
     const char* next = kv.base + kv.table[jn / kv.block_size] * kv.page_bytes +
                        (jn % kv.block_size) * kv.row_bytes;
@@ -854,20 +845,20 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     // Per span (a page of a paged cache), the heads one after the other: their rows are
     // adjacent there, so the task reads the page front to back.
     kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+      const int64_t last_pf = ahead_of_last(kr, row, j + n, k_head_bytes);
       for (int64_t hh = 0; hh < nh; ++hh) {
+        const int64_t pf = hh + 1 == nh ? last_pf : kStreamAheadBytes;
         const char* hrow = row + hh * k_head_bytes;
         float* out = sc.s + hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (dp) {
-          dp_dots[static_cast<size_t>(Gd - 1)](
-              hrow, kr.row_bytes, n, D, q2 + hh * Gd * ldq2, ldq2, qscale, out, kDecodeSub,
-              hh + 1 == nh ? next_pf(kr, row, j + n, k_head_bytes) : kStreamAheadBytes);
+          dp_dots[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, q2 + hh * Gd * ldq2, ldq2,
+                                               qscale, out, kDecodeSub, pf);
           continue;
         }
 #endif
-        dots[static_cast<size_t>(Gd - 1)](
-            hrow, kr.row_bytes, n, D, Dp, sc.qs + hh * Gd * Dp, out, kDecodeSub,
-            hh + 1 == nh ? next_pf(kr, row, j + n, k_head_bytes) : kStreamAheadBytes);
+        dots[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, Dp, sc.qs + hh * Gd * Dp, out,
+                                          kDecodeSub, pf);
       }
     });
     // Mask, then the online softmax per row; the weights also as bf16 for the pair P·V.
@@ -879,20 +870,20 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
         convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, srow, DType::kF32, ns);
     }
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+      const int64_t last_pf = ahead_of_last(vr, row, j + n, v_head_bytes);
       for (int64_t hh = 0; hh < nh; ++hh) {
+        const int64_t pf = hh + 1 == nh ? last_pf : kStreamAheadBytes;
         const char* hrow = row + hh * v_head_bytes;
         const int64_t off = hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (dp_pv) {
-          dp_axpys[static_cast<size_t>(G - 1)](
-              hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub, part[hh] + 2, P,
-              hh + 1 == nh ? next_pf(vr, row, j + n, v_head_bytes) : kStreamAheadBytes);
+          dp_axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub,
+                                               part[hh] + 2, P, pf);
           continue;
         }
 #endif
-        axpys[static_cast<size_t>(G - 1)](
-            hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, part[hh] + 2, P,
-            hh + 1 == nh ? next_pf(vr, row, j + n, v_head_bytes) : kStreamAheadBytes);
+        axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub,
+                                          part[hh] + 2, P, pf);
       }
     });
   }
@@ -909,12 +900,39 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 void Finish(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, float M, float L,
             const float* O, float* tmp) {
   const int64_t Dv = a.v_head_dim, qes = static_cast<int64_t>(dtype_size(a.dtype));
-  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  for (int64_t x = 0; x < Dv; ++x) tmp[x] = L > 0.0f ? O[x] * inv : 0.0f;
+  if (L > 0.0f) {
+    const float inv = 1.0f / L;
+    for (int64_t x = 0; x < Dv; ++x) tmp[x] = O[x] * inv;
+  } else {
+    std::fill(tmp, tmp + Dv, 0.0f);
+  }
   convert(static_cast<char*>(a.o) + (QOff(a, b, h, a.o_sb, a.o_sh, a.o_ss) + i * a.o_ss) * qes,
           a.dtype, tmp, DType::kF32, Dv);
   a.lse[QOff(a, b, h, a.lse_sb, a.lse_sh, a.lse_ss) + i * a.lse_ss] =
       L > 0.0f ? (M + std::log2(L)) * kLn2 : kNegInf;
+}
+
+// The partials of chunks [c_begin, c_end) of sequence b, kv head kvh, merged by log-sum-exp and
+// finished, for each of the head group's query rows. out, tmp: Dv floats of scratch each.
+void MergeChunks(const AttentionArgs& a, const float* parts, int64_t Gmax, int64_t P, int64_t b,
+                 int64_t kvh, int64_t c_begin, int64_t c_end, float* out, float* tmp) {
+  const int64_t g = Group(a), Dv = a.v_head_dim, sq = SeqOf(a, b).sq;
+  for (int64_t hl = 0; hl < g; ++hl)
+    for (int64_t i = 0; i < sq; ++i) {
+      const int64_t r = hl * sq + i;
+      auto part = [&](int64_t c) { return parts + ((c * a.kv_heads + kvh) * Gmax + r) * P; };
+      float M = kNegInf, L = 0.0f;
+      for (int64_t c = c_begin; c < c_end; ++c) M = std::max(M, part(c)[0]);
+      std::fill(out, out + Dv, 0.0f);
+      for (int64_t c = c_begin; c < c_end && M != kNegInf; ++c) {
+        const float* pr = part(c);
+        if (pr[0] == kNegInf) continue;
+        const float w = std::exp2(pr[0] - M);
+        L += pr[1] * w;
+        for (int64_t x = 0; x < Dv; ++x) out[x] += pr[2 + x] * w;
+      }
+      Finish(a, b, kvh * g + hl, i, M, L, out, tmp);
+    }
 }
 
 void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
@@ -1024,36 +1042,13 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     if (first[static_cast<size_t>(b) + 1] - first[static_cast<size_t>(b)] > 1)
       for (int64_t kvh = 0; kvh < a.kv_heads; ++kvh) multi.push_back(b * a.kv_heads + kvh);
   parallel_for(a.threads, static_cast<int64_t>(multi.size()), 1, a.ftz,
-               [&](int64_t r0, int64_t r1) {
-                 std::vector<float> out(static_cast<size_t>(Dvp)), row(static_cast<size_t>(Dvp));
-                 for (int64_t m = r0; m < r1; ++m) {
-                   const int64_t bk = multi[static_cast<size_t>(m)];
-                   const int64_t b = bk / a.kv_heads, kvh = bk % a.kv_heads;
-                   const Seq s = SeqOf(a, b);
-                   const int64_t c_begin = first[static_cast<size_t>(b)],
-                                 c_end = first[static_cast<size_t>(b) + 1];
-                   for (int64_t hl = 0; hl < g; ++hl) {
-                     const int64_t h = kvh * g + hl;
-                     for (int64_t i = 0; i < s.sq; ++i) {
-                       const int64_t r = hl * s.sq + i;
-                       float M = kNegInf;
-                       for (int64_t c = c_begin; c < c_end; ++c)
-                         M = std::max(M, parts[((c * a.kv_heads + kvh) * Gmax + r) * P]);
-                       std::fill(out.begin(), out.end(), 0.0f);
-                       float L = 0.0f;
-                       if (M != kNegInf) {
-                         for (int64_t c = c_begin; c < c_end; ++c) {
-                           const float* pr = parts + ((c * a.kv_heads + kvh) * Gmax + r) * P;
-                           if (pr[0] == kNegInf) continue;
-                           const float w = std::exp2(pr[0] - M);
-                           L += pr[1] * w;
-                           for (int64_t x = 0; x < Dv; ++x)
-                             out[static_cast<size_t>(x)] += pr[2 + x] * w;
-                         }
-                       }
-                       Finish(a, b, h, i, M, L, out.data(), row.data());
-                     }
-                   }
+               [&](int64_t m0, int64_t m1) {
+                 std::vector<float> out(static_cast<size_t>(Dvp)), tmp(static_cast<size_t>(Dvp));
+                 for (int64_t m = m0; m < m1; ++m) {
+                   const int64_t bk = multi[static_cast<size_t>(m)], b = bk / a.kv_heads;
+                   const size_t fb = static_cast<size_t>(b);
+                   MergeChunks(a, parts, Gmax, P, b, bk % a.kv_heads, first[fb], first[fb + 1],
+                               out.data(), tmp.data());
                  }
                });
 }

@@ -188,15 +188,17 @@ HWY_INLINE void PrefetchRangeL2(const char* p, int64_t bytes) {
 // in 11 of 12 runs (bench/RESULTS.md, "stream prefetch"). Sent as bursts of whole rows instead
 // (PrefetchRow), the same requests changed nothing or cost up to 14% in decode attention. A
 // prefetch past the end of a buffer is harmless: it never faults.
+// `ahead` overrides the distance where the next bytes of the stream are elsewhere (a paged
+// KV cache's next page: attention_decode.cc).
 constexpr int64_t kStreamAheadBytes = 4096;
-HWY_INLINE void StreamAhead(const void* p) {
-  __builtin_prefetch(static_cast<const char*>(p) + kStreamAheadBytes, 0, 3);
+HWY_INLINE void StreamAhead(const void* p, int64_t ahead = kStreamAheadBytes) {
+  __builtin_prefetch(static_cast<const char*>(p) + ahead, 0, 3);
 }
 // StreamAhead for the load at element `i` of a row of T, once per 64 bytes of the row (for
 // loads narrower than a line).
 template <class T>
-HWY_INLINE void StreamAheadAt(const T* row, int64_t i) {
-  if (((i * static_cast<int64_t>(sizeof(T))) & 63) == 0) StreamAhead(row + i);
+HWY_INLINE void StreamAheadAt(const T* row, int64_t i, int64_t ahead = kStreamAheadBytes) {
+  if (((i * static_cast<int64_t>(sizeof(T))) & 63) == 0) StreamAhead(row + i, ahead);
 }
 
 // Partial vectors: the n < Lanes(d) remaining elements go through a stack buffer, so no
