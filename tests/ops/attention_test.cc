@@ -979,6 +979,13 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.cache_dtype = bf16, .ctx = {4000}, .Sq = 1, .Hq = 4, .Hkv = 1, .D = 128,
        .block_size = 4000, .paged = false, .threads = 2});
   add({.ctx = {2500}, .Sq = 2, .Hq = 2, .Hkv = 2, .D = 96, .Dv = 64, .wl = 1000, .threads = 2});
+  // Contiguous caches with enough kv heads for the longer chunks (kDecodeChunkMax): 2048-key
+  // chunks merged, single-chunk and length-1 sequences in one batch; 1024-key chunks with a
+  // window that spans them.
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {4500, 2049, 1}, .Sq = 1, .Hq = 16,
+       .Hkv = 8, .D = 64, .block_size = 4500, .paged = false, .threads = 2});
+  add({.cache_dtype = bf16, .ctx = {3500}, .Sq = 1, .Hq = 8, .Hkv = 4, .D = 96,
+       .block_size = 3600, .paged = false, .wl = 1500, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)

@@ -935,6 +935,17 @@ void MergeChunks(const AttentionArgs& a, const float* parts, int64_t Gmax, int64
     }
 }
 
+// Keys per chunk for the call (see kDecodeChunkMax): from the shapes only.
+int64_t DecodeChunkFor(const AttentionArgs& a, int64_t NG) {
+  if (a.block_table) return kDecodeChunk;
+  for (int64_t chunk = kDecodeChunkMax; chunk > kDecodeChunk; chunk /= 2) {
+    int64_t chunks = 0;
+    for (int64_t b = 0; b < a.batch; ++b) chunks += ChunksOf(SeqOf(a, b).sk, chunk);
+    if (chunks * a.kv_heads * NG >= kDecodeMinTasks) return chunk;
+  }
+  return kDecodeChunk;
+}
+
 void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -943,9 +954,12 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   if (Gmax == 0) return;  // no query token in any sequence: nothing to write
   // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
   // partials take space for the keys that exist, not for batch x the longest sequence.
+  const int64_t NG = DecodeGroups(Gmax);
+  const int64_t chunk_keys = DecodeChunkFor(a, NG);
   std::vector<int64_t> first(static_cast<size_t>(a.batch) + 1, 0);
   for (int64_t b = 0; b < a.batch; ++b)
-    first[static_cast<size_t>(b) + 1] = first[static_cast<size_t>(b)] + ChunksOf(SeqOf(a, b).sk);
+    first[static_cast<size_t>(b) + 1] =
+        first[static_cast<size_t>(b)] + ChunksOf(SeqOf(a, b).sk, chunk_keys);
   const int64_t qes = static_cast<int64_t>(dtype_size(a.dtype));
   const size_t per = per_thread;
   float* parts = reinterpret_cast<float*>(
@@ -975,7 +989,6 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   // rows of a block of keys; rows of all heads), a task takes NH heads at once and reads each
   // page front to back. One head per task read a 16-key page as 4-8 KiB pieces 64-256 KiB apart,
   // and streamed at 0.55 of the read (vLLM's 16-token pages) against 0.95 for 256-token pages.
-  const int64_t NG = DecodeGroups(Gmax);
   const int64_t es = static_cast<int64_t>(dtype_size(a.kv_dtype));
   const int64_t k_head_bytes = a.k_sh * es, v_head_bytes = a.v_sh * es;
   const bool near = std::max(k_head_bytes, v_head_bytes) <= kDecodeNearHeadBytes;
@@ -1001,7 +1014,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       rows_of(b, kvh0 + hh, s, r0, r1, rows + hh * G);
       part[hh] = parts + ((chunk * a.kv_heads + kvh0 + hh) * Gmax + r0) * P;
     }
-    const int64_t c0 = std::min(s.sk, c * kDecodeChunk), c1 = std::min(s.sk, c0 + kDecodeChunk);
+    const int64_t c0 = std::min(s.sk, c * chunk_keys), c1 = std::min(s.sk, c0 + chunk_keys);
     char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mine) + 63) & ~uintptr_t{63});
     DecodeScratch sc;
     sc.qs = reinterpret_cast<float*>(p);
@@ -1027,7 +1040,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
         break;
     }
     // A sequence of one chunk is finished here: its partials are the result, and the merge
-    // below (a second fork / join) skips it. At short contexts (every one up to kDecodeChunk
+    // below (a second fork / join) skips it. At short contexts (every one up to the chunk
     // keys) that merge had cost about as much as the attention.
     if (first[static_cast<size_t>(b) + 1] - first[static_cast<size_t>(b)] != 1) return;
     for (int64_t hh = 0; hh < nh; ++hh)
