@@ -20,8 +20,8 @@ fi
 run_ctest() {
   local dir=$1; shift
   if ! "$@"; then
-    echo "== failing assertions (from $dir/Testing/Temporary/LastTest.log)"
     local log="$dir/Testing/Temporary/LastTest.log"
+    echo "== failing assertions (from $log)"
     grep -B3 -A12 -E "Failure$|\[  FAILED  \]" "$log" | tail -n 120 || tail -n 40 "$log"
     exit 1
   fi

@@ -58,7 +58,7 @@ constexpr int64_t kDecodeChunk = 512;
 // 512-key span to the next, each span's last StreamAhead requests reaching the next one's first
 // rows, where a new task had started both streams cold. Alternated in one process from DRAM
 // (ctx 4096, caches over 1 GiB; 2048 against 512 keys): bf16 MHA 4-9% faster, bf16 GQA-4 7-10%
-// with fast reads (64-69 GB/s) and 4-5% at ctx 16384, f32 GQA-4 6-8%, bf16 GQA-8 2-4%. Paged
+// with fast reads (64-69 GB/s) and 3.6-4.8% at ctx 16384, f32 GQA-4 6-8%, bf16 GQA-8 2-4%. Paged
 // caches keep 512: their tasks take several heads per page, fewer with fewer chunks, and 2048
 // made 16-token pages 6-8% slower.
 constexpr int64_t kDecodeChunkMax = 2048;
