@@ -121,6 +121,11 @@ struct KvRows {
   const int32_t* table = nullptr;  // null: not paged
   DType dtype = DType::kF32;
   int64_t cols = 0;
+  // Row j.
+  const char* row_at(int64_t j) const {
+    return table ? base + table[j / block_size] * page_bytes + (j % block_size) * row_bytes
+                 : base + j * row_bytes;
+  }
   // Calls fn(first_row_ptr, n, j) for maximal runs of rows [j0, j1) that are evenly spaced.
   template <class Fn>
   void spans(int64_t j0, int64_t j1, const Fn& fn) const {
