@@ -321,6 +321,70 @@ constexpr std::array<DotBf16DpFn, sizeof...(I)> DotBf16DpTable(std::integer_sequ
 
 #endif
 
+// The rows the P·V reads after the current block (`next`, nrows of them, the same row_bytes and
+// X lines each), asked for a share at each step of each of the block's npass > 1 passes
+// (PassAhead; the pair P·V's PvPairs and the f32 register tiles of AxpySpan). A P·V of one pass
+// asks instead for each line 4 KiB before it loads it.
+// Where only the first pass asked for lines (4 KiB ahead of its loads), the memory idled while
+// the later passes computed from L1: half of the P·V at G = 4 (two 64-feature halves), three
+// quarters at G = 8. Spread over the passes, one block (64 keys at Dv = 128) ahead, from DRAM
+// in separate processes taken in turn (scratch driver, ctx 4096, 2 threads): bf16 GQA-4
+// 0.75-0.80 -> 0.81-0.84 of a read in turn, GQA-8 0.71-0.72 -> 0.79-0.80 (reads 39-45 GB/s);
+// in one process against the old scheme GQA-4 +14-17%, GQA-8 +13-16% in either memory mode
+// (GQA-4 0.58 -> 0.66 with reads at 63 GB/s). Where the passes asked for their own columns of
+// each next row (a strided walk) rather than the lines in address order, GQA-4 gained 1-3%.
+struct RowsAhead {
+  const char* next = nullptr;
+  int64_t nrows = 0;
+  int64_t npass = 1;
+};
+
+// Pass ip's share of RowsAhead over its steps (each reading rps rows of the current block):
+// where rows are exactly X lines (a head's rows of a contiguous cache or of a page), the lines
+// in address order, the ip-th of npass equal parts, L per step; other rows: the pass's columns
+// of each step's rps next rows (offs).
+class PassAhead {
+ public:
+  PassAhead(const RowsAhead& a, int64_t ip, int64_t steps, int64_t rps, int64_t X,
+            int64_t row_bytes)
+      : next_(a.next), row_bytes_(row_bytes), rps_(rps), dense_(row_bytes == X * 64) {
+    if (!next_) return;
+    if (dense_) {
+      const int64_t lines = a.nrows * X;
+      l0_ = lines * ip / a.npass;
+      l1_ = lines * (ip + 1) / a.npass;
+      L_ = (l1_ - l0_ + steps - 1) / steps;
+      return;
+    }
+    const int64_t c0 = rps * X * ip / a.npass, c1 = rps * X * (ip + 1) / a.npass;
+    if (c1 - c0 > kMaxOffs) {  // not for head dims up to 256
+      next_ = nullptr;
+      return;
+    }
+    for (int64_t c = c0; c < c1; ++c) offs_[noffs_++] = c / X * row_bytes + c % X * 64;
+    steps_ = std::min(steps, (a.nrows + rps - 1) / rps);
+  }
+  // Step q's requests.
+  HWY_INLINE void At(int64_t q) const {
+    if (!next_) return;
+    if (dense_) {
+      const int64_t l = l0_ + q * L_, le = std::min(l1_, l + L_);
+      for (int64_t i = l; i < le; ++i) __builtin_prefetch(next_ + i * 64, 0, 3);
+    } else if (q < steps_) {
+      const char* r = next_ + rps_ * q * row_bytes_;
+      for (int64_t i = 0; i < noffs_; ++i) __builtin_prefetch(r + offs_[i], 0, 3);
+    }
+  }
+
+ private:
+  static constexpr int64_t kMaxOffs = 16;
+  const char* next_;
+  int64_t row_bytes_, rps_;
+  bool dense_;
+  int64_t l0_ = 0, l1_ = 0, L_ = 0, steps_ = 0;
+  int64_t offs_[kMaxOffs] = {}, noffs_ = 0;
+};
+
 // os[g·ostride + :] += sum over KK consecutive value rows j of p[g·pstride + j] · vrow_j for
 // the G query rows: the KK rows' vectors are loaded once and shared by every query row, and
 // two vectors of each output row stay in registers across the KK rows. G is a compile-time
@@ -441,14 +505,13 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 }
 
 // os[g·ostride + x0 + :XV·N] += sum over the n value rows t of p[g·pstride + t] · vrow_t, for
-// GR query rows: a GR x XV register tile that lives across the whole span (one load and one
-// store per span), each row's XV vectors loaded once for the GR rows. lead: the pass that reads
-// the span first asks for each whole row's lines 4 KiB ahead (StreamAhead; later passes find
-// the rows in L2).
+// GR query rows: a GR x XV register tile that lives across the block (one load and one store
+// per block), each row's XV vectors loaded once for the GR rows. Each step asks for its share
+// of the next block's lines (PassAhead).
 template <class TK, int GR, int XV>
-HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n, bool lead,
-                         int64_t vbytes, const float* HWY_RESTRICT p, int64_t pstride,
-                         float* HWY_RESTRICT os, int64_t ostride, int64_t pf) {
+HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n,
+                         const PassAhead& pa, const float* HWY_RESTRICT p, int64_t pstride,
+                         float* HWY_RESTRICT os, int64_t ostride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[GR][XV];
@@ -457,8 +520,7 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 #pragma GCC unroll 16
     for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
   for (int64_t t = 0; t < n; ++t) {
-    if (lead)
-      for (int64_t b = 0; b < vbytes; b += 64) StreamAhead(row + t * row_bytes + b, pf);
+    pa.At(t);
     const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
     VF a[XV];
 #pragma GCC unroll 16
@@ -477,25 +539,26 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 }
 
 // The tiles of GR query rows over whole vectors: XV = 4 (16 accumulators on AVX-512), then
-// the 1-3 vectors left. Only the first tile prefetches (lead); the others read from L2.
+// the 1-3 vectors left; tile k is pass ip0 + k of the block (RowsAhead).
 template <class TK, int GR>
-HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV, bool lead,
-                             int64_t vbytes, const float* p, int64_t pstride, float* os,
-                             int64_t ostride, int64_t pf) {
+HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV,
+                             const RowsAhead& ahead, int64_t ip0, int64_t X, const float* p,
+                             int64_t pstride, float* os, int64_t ostride) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t x = 0;
   for (; x + 4 <= OV; x += 4)
-    AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n, lead && x == 0, vbytes, p, pstride,
-                        os + x * N, ostride, pf);
+    AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n,
+                        PassAhead(ahead, ip0 + x / 4, n, 1, X, row_bytes), p, pstride, os + x * N,
+                        ostride);
   const char* r = row + x * N * sizeof(TK);
-  const bool a = lead && x == 0;
+  const PassAhead pa(ahead, ip0 + x / 4, n, 1, X, row_bytes);
   switch (OV - x) {
     case 3:
-      return AxpyTile<TK, GR, 3>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride, pf);
+      return AxpyTile<TK, GR, 3>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
     case 2:
-      return AxpyTile<TK, GR, 2>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride, pf);
+      return AxpyTile<TK, GR, 2>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
     case 1:
-      return AxpyTile<TK, GR, 1>(r, row_bytes, n, a, vbytes, p, pstride, os + x * N, ostride, pf);
+      return AxpyTile<TK, GR, 1>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
     default:
       return;
   }
@@ -503,25 +566,38 @@ HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int6
 
 template <class TK, int G>
 HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
-                           const float* p, int64_t pstride, float* os, int64_t ostride,
-                           int64_t pf) {
-  const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK));
-  // More than kSeqMaxG query rows on AVX-512: register tiles across the whole span. The sweep
+                           const float* p, int64_t pstride, float* os, int64_t ostride, int64_t pf,
+                           const char* next, int64_t next_rows) {
+  // More than kSeqMaxG query rows on AVX-512: register tiles across a block of rows. The sweep
   // below keeps its outputs in memory, so each 8-key block's 8 dependent FMAs per output vector
   // form a chain through a load and a store. For G = 8 from cache the sweep took ~45% of the
   // decode's samples; with the tiles the decode ran 12-20% faster (bench/RESULTS.md, "P·V
   // tiles"). TBOOST_DECODE_REDUCE16 stands for AVX-512 here: the 16 accumulators need its 32
-  // registers. The span's first tile (rows 0-3, vectors 0-3) prefetches for all of them.
+  // registers. Blocks of 16 KiB: the tiles after the first read the block from L1, and every
+  // tile asks for a share of the next block's lines (RowsAhead; where the first tile had asked
+  // for the whole span 4 KiB ahead, the memory idled while the other tiles computed).
   if constexpr (G > kSeqMaxG && TBOOST_DECODE_REDUCE16) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
     if (Dv % N == 0) {
       constexpr int kFull = G / 4, kRest = G % 4;
-      for (int i = 0; i < kFull; ++i)
-        AxpyTileRows<TK, 4>(row, row_bytes, n, Dv / N, i == 0, bytes, p + i * 4 * pstride, pstride,
-                            os + i * 4 * ostride, ostride, pf);
-      if constexpr (kRest > 0)
-        AxpyTileRows<TK, kRest>(row, row_bytes, n, Dv / N, false, bytes, p + kFull * 4 * pstride,
-                                pstride, os + kFull * 4 * ostride, ostride, pf);
+      const int64_t OV = Dv / N, bytes = Dv * static_cast<int64_t>(sizeof(TK));
+      const int64_t X = (bytes + 63) / 64, tiles = (OV + 3) / 4;
+      const int64_t npass = tiles * (kFull + (kRest > 0));
+      const int64_t block = std::max<int64_t>(8, (16 << 10) / bytes);
+      for (int64_t t = 0; t < n; t += block) {
+        const int64_t nk = std::min(block, n - t);
+        const char* r = row + t * row_bytes;
+        const bool last = t + nk >= n;
+        const RowsAhead ahead{last ? next : r + nk * row_bytes,
+                              std::min(block, last ? next_rows : n - t - nk), npass};
+        for (int i = 0; i < kFull; ++i)
+          AxpyTileRows<TK, 4>(r, row_bytes, nk, OV, ahead, i * tiles, X, p + i * 4 * pstride + t,
+                              pstride, os + i * 4 * ostride, ostride);
+        if constexpr (kRest > 0)
+          AxpyTileRows<TK, kRest>(r, row_bytes, nk, OV, ahead, kFull * tiles, X,
+                                  p + kFull * 4 * pstride + t, pstride, os + kFull * 4 * ostride,
+                                  ostride);
+      }
       return;
     }
   }
@@ -535,7 +611,7 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
 
 template <class TK>
 using AxpyFn = void (*)(const char*, int64_t, int64_t, int64_t, const float*, int64_t, float*,
-                        int64_t, int64_t);
+                        int64_t, int64_t, const char*, int64_t);
 template <class TK, int... I>
 constexpr std::array<AxpyFn<TK>, sizeof...(I)> AxpyTable(std::integer_sequence<int, I...>) {
   return {&AxpySpan<TK, I + 1>...};
@@ -572,22 +648,6 @@ constexpr int64_t PvBlockKeys(int64_t Dv) {
   return 2 * std::clamp<int64_t>((16 << 10) / (4 * Dv), 8, 32);
 }
 
-// The rows the P·V reads after the current block (`next`, nrows of them, the same row_bytes and
-// X lines each), asked for a share at each step of each of the block's npass > 1 passes
-// (PvPairs). A P·V of one pass asks instead for each line 4 KiB before it loads it.
-// Where only the first pass asked for lines (4 KiB ahead of its loads), the memory idled while
-// the later passes computed from L1: half of the P·V at G = 4 (two 64-feature halves), three
-// quarters at G = 8. Spread over the passes, one block (64 keys at Dv = 128) ahead, from DRAM
-// in separate processes taken in turn (scratch driver, ctx 4096, 2 threads): bf16 GQA-4
-// 0.75-0.80 -> 0.81-0.84 of a read in turn, GQA-8 0.71-0.72 -> 0.79-0.80 (reads 39-45 GB/s);
-// in one process against the old scheme GQA-4 +14-17%, GQA-8 +13-16% in either memory mode
-// (GQA-4 0.58 -> 0.66 with reads at 63 GB/s). Where the passes asked for their own columns of
-// each next row (a strided walk) rather than the lines in address order, GQA-4 gained 1-3%.
-struct RowsAhead {
-  const char* next = nullptr;
-  int64_t nrows = 0;
-  int64_t npass = 1;
-};
 // One pass of PvPairs: exactly GB query rows (a compile-time count: with a run-time count of
 // live rows, GCC moved vectors to and from the stack 70-140 times in the P·V of G = 3, 5, 6, 7).
 // nkeys rows: pairs of rows, and an odd last row as a pair of itself with weight 0 (no widened
@@ -601,19 +661,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
   const int64_t steps = (nkeys + 1) / 2;
   const bool stream = lead && ahead.npass == 1;
   for (int64_t x0 = 0; x0 < X; x0 += XB) {
-    // This pass's share of the next rows' lines. Rows of exactly X lines (a head's rows of a
-    // contiguous cache or of a page): the lines in address order, pass ip taking the ip-th of
-    // npass equal parts, L per step. Other rows: each pair in the pass's columns (offs).
-    const int64_t ip = ip0 + x0 / XB;
-    const bool dense = row_bytes == X * 64;
-    const int64_t lines = ahead.nrows * X;
-    const int64_t l0 = lines * ip / ahead.npass, l1 = lines * (ip + 1) / ahead.npass;
-    const int64_t L = (l1 - l0 + steps - 1) / steps;
-    int64_t offs[16], noffs = 0;  // 2X / npass <= 2·XB <= 16 lines
-    if (ahead.next && !dense)
-      for (int64_t c = 2 * X * ip / ahead.npass; c < 2 * X * (ip + 1) / ahead.npass; ++c)
-        offs[noffs++] = c / X * row_bytes + c % X * 64;
-    const int64_t pf_steps = ahead.next && !dense ? std::min(steps, (ahead.nrows + 1) / 2) : 0;
+    const PassAhead pa(ahead, ip0 + x0 / XB, steps, 2, X, row_bytes);
     PvLanes acc[GB][XB];
 #pragma GCC unroll 16
     for (int g = 0; g < GB; ++g)
@@ -629,13 +677,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
       // Loaded as 16-bit lanes, the unpacks' own type: through _mm512_loadu_si512 GCC stored
       // each vector to the stack and unpacked it from there.
       __m512i a[XB], b[XB];
-      if (ahead.next && dense) {
-        const int64_t l = l0 + q * L, le = std::min(l1, l + L);
-        for (int64_t i = l; i < le; ++i) __builtin_prefetch(ahead.next + i * 64, 0, 3);
-      } else if (q < pf_steps) {
-        const char* nr = ahead.next + 2 * q * row_bytes;
-        for (int64_t i = 0; i < noffs; ++i) __builtin_prefetch(nr + offs[i], 0, 3);
-      }
+      pa.At(q);
 #pragma GCC unroll 16
       for (int xb = 0; xb < XB; ++xb) {
         if (stream) StreamAhead(r0 + (x0 + xb) * 64, pf);
@@ -859,6 +901,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       std::fill(pr + 2, pr + 2 + Dvp, 0.0f);
     }
   }
+  // Whether the P·V goes over blocks of rows that ask for the next block (RowsAhead): the pair
+  // P·V of several passes, the register tiles (AxpySpan).
+  const bool v_blocks = dp_pv || (TBOOST_DECODE_REDUCE16 && G > kSeqMaxG && Dv % N == 0);
+  const int64_t v_first_rows =
+      std::clamp<int64_t>((16 << 10) / (Dv * static_cast<int64_t>(sizeof(TK))), 8, 64);
   // Keys any row may see.
   int64_t lo = c1, hi = c0 - 1;
   for (int64_t g = 0; g < nh * G; ++g) {
@@ -903,11 +950,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
                                           kDecodeSub, pf);
       }
     });
-#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-    // The task's first value rows, which no earlier block of the P·V asked for (RowsAhead),
-    // into L2 while the softmax computes.
-    if (dp_pv && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + PvBlockKeys(Dv)));
-#endif
+    // The task's first value rows (16 KiB), which no earlier block of a P·V of blocks asked for
+    // (RowsAhead), into L2 while the softmax computes.
+    if (v_blocks && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
     // Mask, then the online softmax per row; the weights also as bf16 for the pair P·V.
     for (int64_t r = 0; r < nh * G; ++r) {
       const int64_t hh = r / G, g = r % G;
@@ -922,27 +967,27 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
         const int64_t pf = hh + 1 == nh ? last_pf : kStreamAheadBytes;
         const char* hrow = row + hh * v_head_bytes;
         const int64_t off = hh * Gd * kDecodeSub + (j - s0);
+        // Where the stream goes on (RowsAhead): the next head's rows of this span, else the
+        // first head's rows from key j + n on (the next page, or the next sub-block's span).
+        const char* next = nullptr;
+        int64_t next_rows = 0;
+        if (hh + 1 < nh) {
+          next = hrow + v_head_bytes;
+          next_rows = n;
+        } else if (j + n <= hi) {
+          next = vr.row_at(j + n);
+          next_rows = std::min(vr.table ? vr.block_size - (j + n) % vr.block_size : kDecodeSub,
+                               hi + 1 - (j + n));
+        }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (dp_pv) {
-          // Where the stream goes on: the next head's rows of this span, else the first head's
-          // rows from key j + n on (the next page, or the next sub-block's span).
-          const char* next = nullptr;
-          int64_t next_rows = 0;
-          if (hh + 1 < nh) {
-            next = hrow + v_head_bytes;
-            next_rows = n;
-          } else if (j + n <= hi) {
-            next = vr.row_at(j + n);
-            next_rows = std::min(vr.table ? vr.block_size - (j + n) % vr.block_size : kDecodeSub,
-                                 hi + 1 - (j + n));
-          }
           dp_axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub,
                                                part[hh] + 2, P, pf, next, next_rows);
           continue;
         }
 #endif
         axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub,
-                                          part[hh] + 2, P, pf);
+                                          part[hh] + 2, P, pf, next, next_rows);
       }
     });
   }
