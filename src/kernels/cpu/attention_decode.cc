@@ -449,15 +449,19 @@ constexpr int AxpyRowsPerPass(int OV) {
   constexpr int kAcc = TBOOST_DECODE_REDUCE16 ? 16 : 8;
   return OV >= kAcc ? 1 : kAcc / OV;
 }
+// With `ahead` (AxpySpan's blocks), each pass asks for its share of the next block's lines
+// (PassAhead) instead of the first pass asking for each line 4 KiB ahead.
 template <class TK, int OV, int G>
 HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t KK,
                             const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
-                            int64_t ostride, int64_t pf) {
+                            int64_t ostride, int64_t pf, const RowsAhead* ahead = nullptr) {
   constexpr int GB = std::min(G, AxpyRowsPerPass(OV));
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t X = (OV * N * static_cast<int64_t>(sizeof(TK)) + 63) / 64;
   for (int g0 = 0; g0 < G; g0 += GB) {
     const int gn = std::min(GB, G - g0);
+    const PassAhead pa(ahead ? *ahead : RowsAhead{}, g0 / GB, KK, 1, X, row_bytes);
     VF o[GB][OV];
 #pragma GCC unroll 16
     for (int g = 0; g < GB; ++g)
@@ -466,12 +470,13 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
         o[g][x] = g < gn ? hn::LoadU(d, os + (g0 + g) * ostride + x * N) : hn::Zero(d);
     for (int64_t kk = 0; kk < KK; ++kk) {
       const TK* v = reinterpret_cast<const TK*>(row + kk * row_bytes);
+      pa.At(kk);
       VF pg[GB];
 #pragma GCC unroll 16
       for (int g = 0; g < GB; ++g) pg[g] = hn::Set(d, g < gn ? p[(g0 + g) * pstride + kk] : 0.0f);
 #pragma GCC unroll 16
       for (int x = 0; x < OV; ++x) {
-        if (g0 == 0) StreamAheadAt(v, x * N, pf);  // later passes read the rows from L1
+        if (g0 == 0 && !ahead) StreamAheadAt(v, x * N, pf);  // later passes read from L1
         const VF a = LoadF(d, v + x * N);
 #pragma GCC unroll 16
         for (int g = 0; g < GB; ++g) o[g][x] = hn::MulAdd(pg[g], a, o[g][x]);
@@ -487,6 +492,14 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
 HWY_INLINE bool AxpySequential(int G, int64_t Dv) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   return G <= kSeqMaxG && (Dv == 8 * N || Dv == 4 * N);
+}
+
+// Whether AxpySpan goes over 16 KiB blocks that ask for the next block (RowsAhead): the
+// register tiles (more than kSeqMaxG rows on AVX-512) and AxpyKeysSeq of several passes.
+HWY_INLINE bool AxpyInBlocks(int64_t G, int64_t Dv) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  if (G > kSeqMaxG) return TBOOST_DECODE_REDUCE16 && Dv % N == 0;
+  return Dv == 8 * N && G > AxpyRowsPerPass(8);
 }
 
 template <class TK, int KK, int G>
@@ -597,6 +610,24 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
           AxpyTileRows<TK, kRest>(r, row_bytes, nk, OV, ahead, kFull * tiles, X,
                                   p + kFull * 4 * pstride + t, pstride, os + kFull * 4 * ostride,
                                   ostride);
+      }
+      return;
+    }
+  }
+  if constexpr (G <= kSeqMaxG) {
+    // Row by row in several passes (AxpyKeysSeq): blocks of 16 KiB, as the tiles above. Each
+    // pass had gone over 8 keys, the first asking for their lines 4 KiB ahead.
+    if (AxpyInBlocks(G, Dv)) {
+      const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK));
+      const int64_t npass = (G + AxpyRowsPerPass(8) - 1) / AxpyRowsPerPass(8);
+      const int64_t block = std::max<int64_t>(8, (16 << 10) / bytes);
+      for (int64_t t = 0; t < n; t += block) {
+        const int64_t nk = std::min(block, n - t);
+        const char* r = row + t * row_bytes;
+        const bool last = t + nk >= n;
+        const RowsAhead ahead{last ? next : r + nk * row_bytes,
+                              std::min(block, last ? next_rows : n - t - nk), npass};
+        AxpyKeysSeq<TK, 8, G>(r, row_bytes, nk, p + t, pstride, os, ostride, pf, &ahead);
       }
       return;
     }
@@ -903,7 +934,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   }
   // Whether the P·V goes over blocks of rows that ask for the next block (RowsAhead): the pair
   // P·V of several passes, the register tiles (AxpySpan).
-  const bool v_blocks = dp_pv || (TBOOST_DECODE_REDUCE16 && G > kSeqMaxG && Dv % N == 0);
+  const bool v_blocks = dp_pv || AxpyInBlocks(G, Dv);
   const int64_t v_first_rows =
       std::clamp<int64_t>((16 << 10) / (Dv * static_cast<int64_t>(sizeof(TK))), 8, 64);
   // Keys any row may see.
