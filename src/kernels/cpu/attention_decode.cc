@@ -333,55 +333,72 @@ constexpr std::array<DotBf16DpFn, sizeof...(I)> DotBf16DpTable(std::integer_sequ
 // in one process against the old scheme GQA-4 +14-17%, GQA-8 +13-16% in either memory mode
 // (GQA-4 0.58 -> 0.66 with reads at 63 GB/s). Where the passes asked for their own columns of
 // each next row (a strided walk) rather than the lines in address order, GQA-4 gained 1-3%.
+// Made once per block (its two divisions per pass had cost the P·V 4-17% from cache): each
+// step of each pass asks for L lines (steps per pass, X lines per row).
 struct RowsAhead {
   const char* next = nullptr;
-  int64_t nrows = 0;
-  int64_t npass = 1;
+  int64_t nrows = 0, npass = 1, lines = 0, L = 0;
+  RowsAhead() = default;
+  RowsAhead(const char* next_rows_at, int64_t rows, int64_t passes, int64_t steps, int64_t X)
+      : next(rows > 0 && passes > 1 ? next_rows_at : nullptr),
+        nrows(rows),
+        npass(passes),
+        lines(rows * X),
+        L((lines + passes * steps - 1) / (passes * steps)) {}
 };
 
 // Pass ip's share of RowsAhead over its steps (each reading rps rows of the current block):
 // where rows are exactly X lines (a head's rows of a contiguous cache or of a page), the lines
-// in address order, the ip-th of npass equal parts, L per step; other rows: the pass's columns
-// of each step's rps next rows (offs).
+// in address order, L per step, pass ip from line ip·steps·L on; other rows: the pass's columns
+// of each step's rps next rows (offs). kL > 0: L at compile time (the pair P·V: 2·XB / passes),
+// whose requests then unroll: the pair P·V's step is bound by how many instructions it issues,
+// and a loop of requests per step had cost it 8-12% from cache.
+template <int kL = 0>
 class PassAhead {
  public:
   PassAhead(const RowsAhead& a, int64_t ip, int64_t steps, int64_t rps, int64_t X,
             int64_t row_bytes)
-      : next_(a.next), row_bytes_(row_bytes), rps_(rps), dense_(row_bytes == X * 64) {
-    if (!next_) return;
+      : dense_(row_bytes == X * 64) {
+    if (!a.next) return;
     if (dense_) {
-      const int64_t lines = a.nrows * X;
-      l0_ = lines * ip / a.npass;
-      l1_ = lines * (ip + 1) / a.npass;
-      L_ = (l1_ - l0_ + steps - 1) / steps;
+      const int64_t L = kL > 0 ? kL : a.L, l0 = ip * steps * L;
+      if (L <= 0 || l0 >= a.lines) return;
+      base_ = a.next + l0 * 64;
+      stride_ = L * 64;
+      steps_ = std::min(steps, (a.lines - l0 + L - 1) / L);
+      noffs_ = L;
       return;
     }
     const int64_t c0 = rps * X * ip / a.npass, c1 = rps * X * (ip + 1) / a.npass;
-    if (c1 - c0 > kMaxOffs) {  // not for head dims up to 256
-      next_ = nullptr;
-      return;
-    }
+    if (c1 - c0 > kMaxOffs) return;  // not for head dims up to 256
     for (int64_t c = c0; c < c1; ++c) offs_[noffs_++] = c / X * row_bytes + c % X * 64;
+    base_ = a.next;
+    stride_ = rps * row_bytes;
     steps_ = std::min(steps, (a.nrows + rps - 1) / rps);
   }
   // Step q's requests.
   HWY_INLINE void At(int64_t q) const {
-    if (!next_) return;
+    if (q >= steps_) return;
+    const char* r = base_ + q * stride_;
+    if constexpr (kL > 0) {
+      if (dense_) {
+#pragma GCC unroll 16
+        for (int i = 0; i < kL; ++i) __builtin_prefetch(r + i * 64, 0, 3);
+        return;
+      }
+    }
     if (dense_) {
-      const int64_t l = l0_ + q * L_, le = std::min(l1_, l + L_);
-      for (int64_t i = l; i < le; ++i) __builtin_prefetch(next_ + i * 64, 0, 3);
-    } else if (q < steps_) {
-      const char* r = next_ + rps_ * q * row_bytes_;
+      for (int64_t i = 0; i < noffs_; ++i) __builtin_prefetch(r + i * 64, 0, 3);
+    } else {
       for (int64_t i = 0; i < noffs_; ++i) __builtin_prefetch(r + offs_[i], 0, 3);
     }
   }
 
  private:
   static constexpr int64_t kMaxOffs = 16;
-  const char* next_;
-  int64_t row_bytes_, rps_;
   bool dense_;
-  int64_t l0_ = 0, l1_ = 0, L_ = 0, steps_ = 0;
+  const char* base_ = nullptr;
+  int64_t stride_ = 0, steps_ = 0;
   int64_t offs_[kMaxOffs] = {}, noffs_ = 0;
 };
 
@@ -461,7 +478,7 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
   const int64_t X = (OV * N * static_cast<int64_t>(sizeof(TK)) + 63) / 64;
   for (int g0 = 0; g0 < G; g0 += GB) {
     const int gn = std::min(GB, G - g0);
-    const PassAhead pa(ahead ? *ahead : RowsAhead{}, g0 / GB, KK, 1, X, row_bytes);
+    const PassAhead<> pa(ahead ? *ahead : RowsAhead{}, g0 / GB, KK, 1, X, row_bytes);
     VF o[GB][OV];
 #pragma GCC unroll 16
     for (int g = 0; g < GB; ++g)
@@ -523,7 +540,7 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 // of the next block's lines (PassAhead).
 template <class TK, int GR, int XV>
 HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n,
-                         const PassAhead& pa, const float* HWY_RESTRICT p, int64_t pstride,
+                         const PassAhead<>& pa, const float* HWY_RESTRICT p, int64_t pstride,
                          float* HWY_RESTRICT os, int64_t ostride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -561,10 +578,10 @@ HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int6
   int64_t x = 0;
   for (; x + 4 <= OV; x += 4)
     AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n,
-                        PassAhead(ahead, ip0 + x / 4, n, 1, X, row_bytes), p, pstride, os + x * N,
+                        PassAhead<>(ahead, ip0 + x / 4, n, 1, X, row_bytes), p, pstride, os + x * N,
                         ostride);
   const char* r = row + x * N * sizeof(TK);
-  const PassAhead pa(ahead, ip0 + x / 4, n, 1, X, row_bytes);
+  const PassAhead<> pa(ahead, ip0 + x / 4, n, 1, X, row_bytes);
   switch (OV - x) {
     case 3:
       return AxpyTile<TK, GR, 3>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
@@ -601,8 +618,8 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
         const int64_t nk = std::min(block, n - t);
         const char* r = row + t * row_bytes;
         const bool last = t + nk >= n;
-        const RowsAhead ahead{last ? next : r + nk * row_bytes,
-                              std::min(block, last ? next_rows : n - t - nk), npass};
+        const RowsAhead ahead(last ? next : r + nk * row_bytes,
+                              std::min(block, last ? next_rows : n - t - nk), npass, nk, X);
         for (int i = 0; i < kFull; ++i)
           AxpyTileRows<TK, 4>(r, row_bytes, nk, OV, ahead, i * tiles, X, p + i * 4 * pstride + t,
                               pstride, os + i * 4 * ostride, ostride);
@@ -625,8 +642,9 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
         const int64_t nk = std::min(block, n - t);
         const char* r = row + t * row_bytes;
         const bool last = t + nk >= n;
-        const RowsAhead ahead{last ? next : r + nk * row_bytes,
-                              std::min(block, last ? next_rows : n - t - nk), npass};
+        const RowsAhead ahead(last ? next : r + nk * row_bytes,
+                              std::min(block, last ? next_rows : n - t - nk), npass, nk,
+                              (bytes + 63) / 64);
         AxpyKeysSeq<TK, 8, G>(r, row_bytes, nk, p + t, pstride, os, ostride, pf, &ahead);
       }
       return;
@@ -683,7 +701,7 @@ constexpr int64_t PvBlockKeys(int64_t Dv) {
 // live rows, GCC moved vectors to and from the stack 70-140 times in the P·V of G = 3, 5, 6, 7).
 // nkeys rows: pairs of rows, and an odd last row as a pair of itself with weight 0 (no widened
 // path, which would need the natural order).
-template <int GB, int XB>
+template <int GB, int XB, int kPassLines>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_t row_bytes,
                                             int64_t nkeys, int64_t X,
                                             const uint16_t* HWY_RESTRICT pb, int64_t ldp,
@@ -692,7 +710,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
   const int64_t steps = (nkeys + 1) / 2;
   const bool stream = lead && ahead.npass == 1;
   for (int64_t x0 = 0; x0 < X; x0 += XB) {
-    const PassAhead pa(ahead, ip0 + x0 / XB, steps, 2, X, row_bytes);
+    const PassAhead<kPassLines> pa(ahead, ip0 + x0 / XB, steps, 2, X, row_bytes);
     PvLanes acc[GB][XB];
 #pragma GCC unroll 16
     for (int g = 0; g < GB; ++g)
@@ -761,13 +779,17 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
                                              const char* next, int64_t next_rows) {
   constexpr int GB = std::max(1, std::min(G, 8 / XB)), kFull = G / GB, kRest = G % GB;
   const int64_t npass = X / XB * (kFull + (kRest > 0));
-  const RowsAhead ahead{npass == 1 || next_rows <= 0 ? nullptr : next, next_rows, npass};
+  const RowsAhead ahead(next, next_rows, npass, (nkeys + 1) / 2, X);
+  // Lines per step of each pass for a next block as long as this one: 2X lines per pair of
+  // rows over npass = X / XB · passes passes.
+  constexpr int kPassLines = std::max(1, 2 * XB / (kFull + (kRest > 0)));
   for (int i = 0; i < kFull; ++i)
-    PvPass<GB, XB>(row, row_bytes, nkeys, X, pb + i * GB * ldp, ldp, os + i * GB * ostride, ostride,
-                   i == 0, pf, ahead, i * (X / XB));
+    PvPass<GB, XB, kPassLines>(row, row_bytes, nkeys, X, pb + i * GB * ldp, ldp,
+                               os + i * GB * ostride, ostride, i == 0, pf, ahead, i * (X / XB));
   if constexpr (kRest > 0)
-    PvPass<kRest, XB>(row, row_bytes, nkeys, X, pb + kFull * GB * ldp, ldp,
-                      os + kFull * GB * ostride, ostride, kFull == 0, pf, ahead, kFull * (X / XB));
+    PvPass<kRest, XB, kPassLines>(row, row_bytes, nkeys, X, pb + kFull * GB * ldp, ldp,
+                                  os + kFull * GB * ostride, ostride, kFull == 0, pf, ahead,
+                                  kFull * (X / XB));
 }
 
 // The value rows of a span (n rows, Dv a multiple of 32) in blocks of pairs, into outputs in
