@@ -984,7 +984,7 @@ std::vector<CaseSpec> paged_attention_cases() {
   // window that spans them.
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {4500, 2049, 1}, .Sq = 1, .Hq = 16,
        .Hkv = 8, .D = 64, .block_size = 4500, .paged = false, .threads = 2});
-  add({.cache_dtype = bf16, .ctx = {3500}, .Sq = 1, .Hq = 8, .Hkv = 4, .D = 96,
+  add({.cache_dtype = bf16, .ctx = {3500}, .Sq = 1, .Hq = 4, .Hkv = 2, .D = 96,
        .block_size = 3600, .paged = false, .wl = 1500, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.

@@ -61,8 +61,15 @@ constexpr int64_t kDecodeChunk = 512;
 // with fast reads (64-69 GB/s) and 3.6-4.8% at ctx 16384, f32 GQA-4 6-8%, bf16 GQA-8 2-4%. Paged
 // caches keep 512: their tasks take several heads per page, fewer with fewer chunks, and 2048
 // made 16-token pages 6-8% slower.
+// Each task costs about 1 us from DRAM beyond its bytes (its streams start cold), so fewer,
+// longer tasks pay where there are few kv heads: 8 rather than 16 (two to four tasks per
+// thread on 2-4 cores). Alternated in one process from DRAM at ctx 4096 (reads 73-84 GB/s),
+// 8 against 16: Hkv = 3 at head dim 64 (1024-key chunks, 12 tasks, where 512 had made 24)
+// bf16 0.51 -> 0.60-0.61 of a read, f32 0.59-0.60 -> 0.65-0.67; Hkv = 2 bf16 0.46-0.47 -> 0.51,
+// f32 0.59-0.60 -> 0.64; Hkv = 4 (GQA-8, 2048 keys) bf16 0.61 -> 0.63, f32 0.61-0.63 ->
+// 0.63-0.65. Six tasks (2048 keys at Hkv = 3) gave 0.65-0.67, but leave 4 cores unbalanced.
 constexpr int64_t kDecodeChunkMax = 2048;
-constexpr int64_t kDecodeMinTasks = 16;
+constexpr int64_t kDecodeMinTasks = 8;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t Br() { return kV * static_cast<int64_t>(hn::Lanes(DF())); }
