@@ -75,6 +75,14 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 #else
 #define TBOOST_DECODE_REDUCE16 0
 #endif
+// AVX2 (16 registers of 8 lanes, no bf16 products): Reduce8 for the scores, and bf16 caches
+// read in even / odd lane order (bf16eo_t).
+#undef TBOOST_DECODE_AVX2
+#if HWY_TARGET == HWY_AVX2
+#define TBOOST_DECODE_AVX2 1
+#else
+#define TBOOST_DECODE_AVX2 0
+#endif
 
 // Query rows the dots compute for G real ones: on AVX-512 3 -> 4 and 5-7 -> 8, so that the
 // G·KK accumulators are 16 and go through Reduce16 (KeysAtOnce); with 7 rows each key took 7
@@ -89,6 +97,7 @@ constexpr int64_t DotRowsFor(int64_t G) {
 // at most 8, so they, the KK key vectors and one query vector fit its 16 registers.
 constexpr int KeysAtOnce(int G) {
   if (TBOOST_DECODE_REDUCE16 && G <= 8 && 16 % G == 0) return 16 / G;
+  if (TBOOST_DECODE_AVX2 && G == 1) return 8;  // 8 scores per Reduce8
   return G <= 2 ? 4 : G <= 4 ? 2 : 1;
 }
 // V rows per step of AxpyKeys (their vectors stay in registers across the G output rows).
@@ -111,6 +120,62 @@ HWY_INLINE __m512 Reduce16(const VF* a) {
   return _mm512_add_ps(
       _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(d0), _mm512_castps_pd(d1))),
       _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d0), _mm512_castps_pd(d1))));
+}
+#endif
+
+#if TBOOST_DECODE_AVX2
+// The 8 vectors' lane sums in one vector (lane i: the sum of a[i]'s lanes): 6 horizontal adds,
+// 2 permutes and an add for 8 scores, where a horizontal sum per score takes ~6 instructions.
+HWY_INLINE __m256 Reduce8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  // u0: the sums of lanes 0-3 of a[0..3] (low block) and of lanes 4-7 (high block); u1: a[4..7].
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// A bf16 cache read in even / odd lane order: 16 features (one 256-bit load) give the even
+// features' f32 values (the words shifted up) and the odd ones' (the high words masked), one
+// instruction per 8 values where PromoteTo takes two (a zero-extension, then a shift), both on
+// the pipes that the FMAs share with it. The dots take q in the same order (DecodeTask
+// permutes it), and the P·V keeps its outputs in that order until the task's end
+// (EoToNatural). Needs D and Dv multiples of 16.
+struct bf16eo_t {
+  uint16_t bits;
+};
+HWY_INLINE void LoadEo(const bf16eo_t* p, VF* out) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  out[0].raw = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  out[1].raw = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(-65536)));
+}
+// Outputs of 16 features each kept as [8 even, 8 odd] back to the natural order.
+HWY_NOINLINE void EoToNatural(float* HWY_RESTRICT o, int64_t Dv) {
+  for (int64_t x = 0; x < Dv; x += 16) {
+    const __m256 e = _mm256_loadu_ps(o + x), od = _mm256_loadu_ps(o + x + 8);
+    const __m256 lo = _mm256_unpacklo_ps(e, od), hi = _mm256_unpackhi_ps(e, od);
+    _mm256_storeu_ps(o + x, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(o + x + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
+}
+#endif
+
+// Vectors per load unit of a cache of TK: two for bf16eo_t (LoadEo), else one.
+template <class TK>
+constexpr int kUnitVecs = 1;
+// Loads the kUnitVecs<TK> vectors of features [x, x + kUnitVecs·N) of row k (x a multiple of
+// the unit), asking for the line 4 KiB ahead (StreamAheadAt) where the loads start one.
+template <class TK>
+HWY_INLINE void LoadUnit(const TK* HWY_RESTRICT k, int64_t x, VF* kv, int64_t pf, bool ask = true) {
+  if (ask) StreamAheadAt(k, x, pf);
+  kv[0] = LoadF(DF(), k + x);
+}
+#if TBOOST_DECODE_AVX2
+template <>
+constexpr int kUnitVecs<bf16eo_t> = 2;
+template <>
+HWY_INLINE void LoadUnit(const bf16eo_t* HWY_RESTRICT k, int64_t x, VF* kv, int64_t pf, bool ask) {
+  if (ask) StreamAheadAt(k, x, pf);
+  LoadEo(k + x, kv);
 }
 #endif
 
@@ -158,6 +223,25 @@ HWY_INLINE void StoreScores(const VF (&acc)[G][KK], float scale, float* HWY_REST
     return;
   }
 #endif
+#if TBOOST_DECODE_AVX2
+  if constexpr (G * KK >= 2 && G * KK <= 8) {
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int f = 0; f < 8; ++f) a[f] = f < G * KK ? acc[f / KK][f % KK].raw : _mm256_setzero_ps();
+    const __m256 r = _mm256_mul_ps(Reduce8(a), _mm256_set1_ps(scale));
+    if constexpr (G == 1 && KK == 8) {
+      _mm256_storeu_ps(out, r);
+    } else if constexpr (G == 2 && KK == 4) {
+      _mm_storeu_ps(out, _mm256_castps256_ps128(r));
+      _mm_storeu_ps(out + ostride, _mm256_extractf128_ps(r, 1));
+    } else {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, r);
+      for (int f = 0; f < G * KK; ++f) out[f / KK * ostride + f % KK] = t[f];
+    }
+    return;
+  }
+#endif
   for (int g = 0; g < G; ++g)
     for (int kk = 0; kk < KK; ++kk) out[g * ostride + kk] = ReduceSumF(DF(), acc[g][kk]) * scale;
 }
@@ -170,6 +254,7 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
                         int64_t pf) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  constexpr int UV = kUnitVecs<TK>;
   VF acc[G][KK];
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g)
@@ -185,19 +270,35 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       const TK* k = reinterpret_cast<const TK*>(row + kk * row_bytes);
-      for (int64_t x = 0; x < Dfull; x += N) {
-        StreamAheadAt(k, x, pf);
-        const VF kv = LoadF(d, k + x);
+      // The even and odd features of bf16eo_t go to separate sums. (Two or four partial sums
+      // per row for f32 on AVX2 shortened each key's chain of dependent FMAs and ran MHA decode
+      // 23-36% faster from cache, but 5-6% slower from DRAM, alternated in one process on Zen 3;
+      // for bf16eo_t four sums were no faster than two.)
+      VF part[G][UV];
 #pragma GCC unroll 16
-        for (int g = 0; g < G; ++g)
-          acc[g][kk] = hn::MulAdd(hn::Load(d, qs + g * Dp + x), kv, acc[g][kk]);
-      }
-      if (Dfull < D) {
-        const VF kv = LoadTailF(d, k + Dfull, static_cast<size_t>(D - Dfull));
+      for (int g = 0; g < G; ++g)
 #pragma GCC unroll 16
-        for (int g = 0; g < G; ++g)
-          acc[g][kk] = hn::MulAdd(hn::Load(d, qs + g * Dp + Dfull), kv, acc[g][kk]);
+        for (int u = 0; u < UV; ++u) part[g][u] = hn::Zero(d);
+      for (int64_t x = 0; x < Dfull; x += UV * N) {
+        VF kv[UV];
+        LoadUnit(k, x, kv, pf);
+#pragma GCC unroll 16
+        for (int u = 0; u < UV; ++u)
+#pragma GCC unroll 16
+          for (int g = 0; g < G; ++g)
+            part[g][u] = hn::MulAdd(hn::Load(d, qs + g * Dp + x + u * N), kv[u], part[g][u]);
       }
+      if constexpr (UV == 1) {
+        if (Dfull < D) {
+          const VF kv = LoadTailF(d, k + Dfull, static_cast<size_t>(D - Dfull));
+#pragma GCC unroll 16
+          for (int g = 0; g < G; ++g)
+            part[g][0] = hn::MulAdd(hn::Load(d, qs + g * Dp + Dfull), kv, part[g][0]);
+        }
+      }
+#pragma GCC unroll 16
+      for (int g = 0; g < G; ++g)
+        acc[g][kk] = UV == 2 ? hn::Add(part[g][0], part[g][1]) : part[g][0];
     }
   } else {
     // With more than kSeqMaxG query rows per key the sweep below is cheaper (each q vector
@@ -205,25 +306,24 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
     // stream.
     const TK* k[KK];
     for (int kk = 0; kk < KK; ++kk) k[kk] = reinterpret_cast<const TK*>(row + kk * row_bytes);
-    for (int64_t x = 0; x < D; x += N) {
-      VF kv[KK];
-      if (x + N <= D) {
+    for (int64_t x = 0; x < D; x += UV * N) {
+      VF kv[KK][UV];
+      if (x + UV * N <= D) {
 #pragma GCC unroll 16
-        for (int kk = 0; kk < KK; ++kk) {
-          StreamAheadAt(k[kk], x, pf);
-          kv[kk] = LoadF(d, k[kk] + x);
-        }
-      } else {
+        for (int kk = 0; kk < KK; ++kk) LoadUnit(k[kk], x, kv[kk], pf);
+      } else if constexpr (UV == 1) {
 #pragma GCC unroll 16
         for (int kk = 0; kk < KK; ++kk)
-          kv[kk] = LoadTailF(d, k[kk] + x, static_cast<size_t>(D - x));
+          kv[kk][0] = LoadTailF(d, k[kk] + x, static_cast<size_t>(D - x));
       }
 #pragma GCC unroll 16
-      for (int g = 0; g < G; ++g) {
-        const VF q = hn::Load(d, qs + g * Dp + x);
+      for (int u = 0; u < UV; ++u)
 #pragma GCC unroll 16
-        for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::MulAdd(q, kv[kk], acc[g][kk]);
-      }
+        for (int g = 0; g < G; ++g) {
+          const VF q = hn::Load(d, qs + g * Dp + x + u * N);
+#pragma GCC unroll 16
+          for (int kk = 0; kk < KK; ++kk) acc[g][kk] = hn::MulAdd(q, kv[kk][u], acc[g][kk]);
+        }
     }
   }
   StoreScores<G, KK>(acc, 1.0f, out, ostride);
@@ -422,10 +522,15 @@ HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, i
     VF a0[KK], a1[KK];
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
-      StreamAheadAt(v[kk], x, pf);
-      a0[kk] = LoadF(d, v[kk] + x);
-      StreamAheadAt(v[kk], x + N, pf);
-      a1[kk] = LoadF(d, v[kk] + x + N);
+      if constexpr (kUnitVecs<TK> == 2) {  // even / odd features: outputs x and x + N
+        VF t[2];
+        LoadUnit(v[kk], x, t, pf);
+        a0[kk] = t[0];
+        a1[kk] = t[1];
+      } else {
+        LoadUnit(v[kk], x, a0 + kk, pf);
+        LoadUnit(v[kk], x + N, a1 + kk, pf);
+      }
     }
 #pragma GCC unroll 16
     for (int g = 0; g < G; ++g) {
@@ -441,18 +546,20 @@ HWY_INLINE void AxpyKeysSweep(const char* HWY_RESTRICT row, int64_t row_bytes, i
       hn::StoreU(o1, d, o + N);
     }
   }
-  for (; x < Dv; x += N) {  // at most two vectors; the last may be partial (rows hold
-    const int64_t w = std::min(N, Dv - x);  // RoundUp(Dv, N) floats)
-    VF a[KK];
+  if constexpr (kUnitVecs<TK> == 1) {
+    for (; x < Dv; x += N) {  // at most two vectors; the last may be partial (rows hold
+      const int64_t w = std::min(N, Dv - x);  // RoundUp(Dv, N) floats)
+      VF a[KK];
 #pragma GCC unroll 16
-    for (int kk = 0; kk < KK; ++kk) a[kk] = LoadN(d, v[kk] + x, w);
+      for (int kk = 0; kk < KK; ++kk) a[kk] = LoadN(d, v[kk] + x, w);
 #pragma GCC unroll 16
-    for (int g = 0; g < G; ++g) {
-      float* o = os + g * ostride + x;
-      VF o0 = hn::LoadU(d, o);
+      for (int g = 0; g < G; ++g) {
+        float* o = os + g * ostride + x;
+        VF o0 = hn::LoadU(d, o);
 #pragma GCC unroll 16
-      for (int kk = 0; kk < KK; ++kk) o0 = hn::MulAdd(hn::Set(d, p[g * pstride + kk]), a[kk], o0);
-      hn::StoreU(o0, d, o);
+        for (int kk = 0; kk < KK; ++kk) o0 = hn::MulAdd(hn::Set(d, p[g * pstride + kk]), a[kk], o0);
+        hn::StoreU(o0, d, o);
+      }
     }
   }
 }
@@ -491,12 +598,15 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
       VF pg[GB];
 #pragma GCC unroll 16
       for (int g = 0; g < GB; ++g) pg[g] = hn::Set(d, g < gn ? p[(g0 + g) * pstride + kk] : 0.0f);
+      constexpr int UV = kUnitVecs<TK>;
 #pragma GCC unroll 16
-      for (int x = 0; x < OV; ++x) {
-        if (g0 == 0 && !ahead) StreamAheadAt(v, x * N, pf);  // later passes read from L1
-        const VF a = LoadF(d, v + x * N);
+      for (int x = 0; x < OV; x += UV) {
+        VF a[UV];
+        LoadUnit(v, x * N, a, pf, g0 == 0 && !ahead);  // later passes read from L1
 #pragma GCC unroll 16
-        for (int g = 0; g < GB; ++g) o[g][x] = hn::MulAdd(pg[g], a, o[g][x]);
+        for (int u = 0; u < UV; ++u)
+#pragma GCC unroll 16
+          for (int g = 0; g < GB; ++g) o[g][x + u] = hn::MulAdd(pg[g], a[u], o[g][x + u]);
       }
     }
     for (int g = 0; g < gn; ++g)
@@ -927,6 +1037,24 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 #else
   const bool dp = false, dp_pv = false;
 #endif
+  // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
+  // outputs in that order until the task's end.
+  const DotFn<TK>* dot_fns = dots.data();
+  const AxpyFn<TK>* axpy_fns = axpys.data();
+  bool eo = false;
+#if TBOOST_DECODE_AVX2
+  if constexpr (std::is_same_v<TK, bf16_t>) {
+    static constexpr auto eo_dots =
+        DotTable<bf16eo_t>(std::make_integer_sequence<int, kMaxDecodeRows>());
+    static constexpr auto eo_axpys =
+        AxpyTable<bf16eo_t>(std::make_integer_sequence<int, kMaxDecodeRows>());
+    eo = D % 16 == 0 && Dv % 16 == 0;
+    if (eo) {
+      dot_fns = eo_dots.data();
+      axpy_fns = eo_axpys.data();
+    }
+  }
+#endif
   // The pairs take the space of the f32 rows: rows of D / 2 u32, Dp / 2 apart.
   uint32_t* q2 = reinterpret_cast<uint32_t*>(sc.qs);
   const int64_t ldq2 = Dp / 2;
@@ -947,6 +1075,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
         convert(sc.row, DType::kF32, ri.q, qdtype, D);
         float* q = sc.qs + (r0 + g) * Dp;
         for (int64_t x = 0; x < Dp; ++x) q[x] = x < D ? sc.row[x] * qscale : 0.0f;
+        if (eo)  // feature 16b + 2i + e at 16b + 8e + i
+          for (int64_t x = 0; x < D; ++x)
+            q[x / 16 * 16 + x % 2 * 8 + x % 16 / 2] = sc.row[x] * qscale;
       }
       float* pr = part[hh] + g * P;
       pr[0] = kNegInf;
@@ -999,8 +1130,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           continue;
         }
 #endif
-        dots[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, Dp, sc.qs + hh * Gd * Dp, out,
-                                          kDecodeSub, pf);
+        dot_fns[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, Dp, sc.qs + hh * Gd * Dp,
+                                             out, kDecodeSub, pf);
       }
     });
     // The task's first value rows (16 KiB), which no earlier block of a P·V of blocks asked for
@@ -1039,8 +1170,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           continue;
         }
 #endif
-        axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub,
-                                          part[hh] + 2, P, pf, next, next_rows);
+        axpy_fns[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub,
+                                             part[hh] + 2, P, pf, next, next_rows);
       }
     });
   }
@@ -1048,6 +1179,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   if (dp_pv)  // the pair P·V's outputs from lane order to the natural one
     for (int64_t hh = 0; hh < nh; ++hh)
       for (int64_t g = 0; g < G; ++g) PvToNatural(part[hh] + g * P + 2, Dv);
+#endif
+#if TBOOST_DECODE_AVX2
+  if (eo)
+    for (int64_t hh = 0; hh < nh; ++hh)
+      for (int64_t g = 0; g < G; ++g) EoToNatural(part[hh] + g * P + 2, Dv);
 #endif
 }
 
