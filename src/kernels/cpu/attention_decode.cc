@@ -626,12 +626,26 @@ HWY_INLINE bool AxpySequential(int G, int64_t Dv) {
   return G <= kSeqMaxG && (Dv == 8 * N || Dv == 4 * N);
 }
 
+// Whether AxpySpan takes the register tiles (AxpyTileRows): more than kSeqMaxG rows on
+// AVX-512; on AVX2 two rows or more, with rows of an even count of vectors that are not 4 or 8
+// whole vectors (those take AxpyKeysSeq).
+HWY_INLINE bool AxpyTiles(int64_t G, int64_t Dv) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  if (TBOOST_DECODE_REDUCE16) return G > kSeqMaxG && Dv % N == 0;
+  if (TBOOST_DECODE_AVX2)
+    return G >= 2 && Dv % (2 * N) == 0 && (G > kSeqMaxG || (Dv != 8 * N && Dv != 4 * N));
+  return false;
+}
+// Vectors per register tile of GR query rows: 16 accumulators on AVX-512, 8 on AVX2 (6 for 3
+// rows), of its 16 registers.
+constexpr int TileWidth(int GR) { return TBOOST_DECODE_REDUCE16 ? 4 : GR <= 2 ? 4 : 2; }
+
 // Whether AxpySpan goes over 16 KiB blocks that ask for the next block (RowsAhead): the
-// register tiles (more than kSeqMaxG rows on AVX-512) and AxpyKeysSeq of several passes.
+// register tiles and AxpyKeysSeq of several passes.
 HWY_INLINE bool AxpyInBlocks(int64_t G, int64_t Dv) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  if (G > kSeqMaxG) return TBOOST_DECODE_REDUCE16 && Dv % N == 0;
-  return Dv == 8 * N && G > AxpyRowsPerPass(8);
+  if (AxpyTiles(G, Dv)) return true;
+  return G <= kSeqMaxG && Dv == 8 * N && G > AxpyRowsPerPass(8);
 }
 
 template <class TK, int KK, int G>
@@ -664,17 +678,22 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
   for (int g = 0; g < GR; ++g)
 #pragma GCC unroll 16
     for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
-  for (int64_t t = 0; t < n; ++t) {
-    pa.At(t);
-    const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
-    VF a[XV];
+  constexpr int UV = kUnitVecs<TK>;
+  if constexpr (XV % UV != 0) {
+    HWY_ABORT("AxpyTile: %d vectors of a cache read %d at a time", XV, UV);
+  } else {
+    for (int64_t t = 0; t < n; ++t) {
+      pa.At(t);
+      const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
+      VF a[XV];
 #pragma GCC unroll 16
-    for (int x = 0; x < XV; ++x) a[x] = LoadF(d, v + x * N);
+      for (int x = 0; x < XV; x += UV) LoadUnit(v, x * N, a + x, 0, false);
 #pragma GCC unroll 16
-    for (int g = 0; g < GR; ++g) {
-      const VF pg = hn::Set(d, p[g * pstride + t]);
+      for (int g = 0; g < GR; ++g) {
+        const VF pg = hn::Set(d, p[g * pstride + t]);
 #pragma GCC unroll 16
-      for (int x = 0; x < XV; ++x) acc[g][x] = hn::MulAdd(pg, a[x], acc[g][x]);
+        for (int x = 0; x < XV; ++x) acc[g][x] = hn::MulAdd(pg, a[x], acc[g][x]);
+      }
     }
   }
 #pragma GCC unroll 16
@@ -683,25 +702,30 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
     for (int x = 0; x < XV; ++x) hn::StoreU(acc[g][x], d, os + g * ostride + x * N);
 }
 
-// The tiles of GR query rows over whole vectors: XV = 4 (16 accumulators on AVX-512), then
-// the 1-3 vectors left; tile k is pass ip0 + k of the block (RowsAhead).
-template <class TK, int GR>
+// The tiles of GR query rows over whole vectors: XW vectors each (TileWidth), then the 1-3
+// vectors left (an even count for bf16eo_t); tile k is pass ip0 + k of the block (RowsAhead).
+template <class TK, int GR, int XW>
 HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV,
                              const RowsAhead& ahead, int64_t ip0, int64_t X, const float* p,
                              int64_t pstride, float* os, int64_t ostride) {
+  static_assert(XW >= 2 && XW <= 4);
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t x = 0;
-  for (; x + 4 <= OV; x += 4)
-    AxpyTile<TK, GR, 4>(row + x * N * sizeof(TK), row_bytes, n,
-                        PassAhead<>(ahead, ip0 + x / 4, n, 1, X, row_bytes), p, pstride, os + x * N,
-                        ostride);
+  for (; x + XW <= OV; x += XW)
+    AxpyTile<TK, GR, XW>(row + x * N * sizeof(TK), row_bytes, n,
+                         PassAhead<>(ahead, ip0 + x / XW, n, 1, X, row_bytes), p, pstride,
+                         os + x * N, ostride);
   const char* r = row + x * N * sizeof(TK);
-  const PassAhead<> pa(ahead, ip0 + x / 4, n, 1, X, row_bytes);
+  const PassAhead<> pa(ahead, ip0 + x / XW, n, 1, X, row_bytes);
   switch (OV - x) {
     case 3:
-      return AxpyTile<TK, GR, 3>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
+      if constexpr (XW > 3)
+        return AxpyTile<TK, GR, 3>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
+      return;
     case 2:
-      return AxpyTile<TK, GR, 2>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
+      if constexpr (XW > 2)
+        return AxpyTile<TK, GR, 2>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
+      return;
     case 1:
       return AxpyTile<TK, GR, 1>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
     default:
@@ -721,13 +745,19 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
   // registers. Blocks of 16 KiB: the tiles after the first read the block from L1, and every
   // tile asks for a share of the next block's lines (RowsAhead; where the first tile had asked
   // for the whole span 4 KiB ahead, the memory idled while the other tiles computed).
-  if constexpr (G > kSeqMaxG && TBOOST_DECODE_REDUCE16) {
+  // On AVX2 also for 2-4 rows of 16 vectors or other even counts but 4 and 8 (AxpyTiles): 8
+  // accumulators per tile. Against the sweep, alternated in one process on Zen 3 from DRAM:
+  // f32 GQA-4 15-23% faster (0.60-0.63 -> 0.73 of a read), f32 GQA-8 15%, bf16 GQA-4 and
+  // GQA-8 4-7%, 16-token pages ±1%; from cache bf16 GQA-4 +6-13%, but f32 GQA-4 -8 to -12%.
+  // Blocks of 8 or 4 KiB (Zen 3 has a 32 KiB L1) were slower from cache.
+  if constexpr (G > kSeqMaxG || TBOOST_DECODE_AVX2) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-    if (Dv % N == 0) {
+    if (AxpyTiles(G, Dv)) {
       constexpr int kFull = G / 4, kRest = G % 4;
+      constexpr int kXF = TileWidth(4), kXR = TileWidth(kRest);
       const int64_t OV = Dv / N, bytes = Dv * static_cast<int64_t>(sizeof(TK));
-      const int64_t X = (bytes + 63) / 64, tiles = (OV + 3) / 4;
-      const int64_t npass = tiles * (kFull + (kRest > 0));
+      const int64_t X = (bytes + 63) / 64, tiles = (OV + kXF - 1) / kXF;
+      const int64_t npass = tiles * kFull + (kRest > 0 ? (OV + kXR - 1) / kXR : 0);
       const int64_t block = std::max<int64_t>(8, (16 << 10) / bytes);
       for (int64_t t = 0; t < n; t += block) {
         const int64_t nk = std::min(block, n - t);
@@ -736,12 +766,12 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
         const RowsAhead ahead(last ? next : r + nk * row_bytes,
                               std::min(block, last ? next_rows : n - t - nk), npass, nk, X);
         for (int i = 0; i < kFull; ++i)
-          AxpyTileRows<TK, 4>(r, row_bytes, nk, OV, ahead, i * tiles, X, p + i * 4 * pstride + t,
-                              pstride, os + i * 4 * ostride, ostride);
+          AxpyTileRows<TK, 4, kXF>(r, row_bytes, nk, OV, ahead, i * tiles, X,
+                                   p + i * 4 * pstride + t, pstride, os + i * 4 * ostride, ostride);
         if constexpr (kRest > 0)
-          AxpyTileRows<TK, kRest>(r, row_bytes, nk, OV, ahead, kFull * tiles, X,
-                                  p + kFull * 4 * pstride + t, pstride, os + kFull * 4 * ostride,
-                                  ostride);
+          AxpyTileRows<TK, kRest, kXR>(r, row_bytes, nk, OV, ahead, kFull * tiles, X,
+                                       p + kFull * 4 * pstride + t, pstride,
+                                       os + kFull * 4 * ostride, ostride);
       }
       return;
     }
@@ -749,7 +779,8 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
   if constexpr (G <= kSeqMaxG) {
     // Row by row in several passes (AxpyKeysSeq): blocks of 16 KiB, as the tiles above. Each
     // pass had gone over 8 keys, the first asking for their lines 4 KiB ahead.
-    if (AxpyInBlocks(G, Dv)) {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+    if (Dv == 8 * N && G > AxpyRowsPerPass(8)) {  // AxpyInBlocks
       const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK));
       const int64_t npass = (G + AxpyRowsPerPass(8) - 1) / AxpyRowsPerPass(8);
       const int64_t block = std::max<int64_t>(8, (16 << 10) / bytes);
