@@ -436,7 +436,9 @@ constexpr std::array<DotBf16DpFn, sizeof...(I)> DotBf16DpTable(std::integer_sequ
 // in separate processes taken in turn (scratch driver, ctx 4096, 2 threads): bf16 GQA-4
 // 0.75-0.80 -> 0.81-0.84 of a read in turn, GQA-8 0.71-0.72 -> 0.79-0.80 (reads 39-45 GB/s);
 // in one process against the old scheme GQA-4 +14-17%, GQA-8 +13-16% in either memory mode
-// (GQA-4 0.58 -> 0.66 with reads at 63 GB/s). Where the passes asked for their own columns of
+// (GQA-4 0.58 -> 0.66 with reads at 63 GB/s); with reads at 80-88 GB/s, after the change below,
+// GQA-4 0.65-0.66 -> 0.70-0.71, GQA-8 0.53 -> 0.62-0.63, GQA-4 in 16-token pages 0.48 ->
+// 0.52-0.53 (bench/RESULTS.md, thirteenth session). Where the passes asked for their own columns of
 // each next row (a strided walk) rather than the lines in address order, GQA-4 gained 1-3%.
 // Made once per block (its two divisions per pass had cost the P·V 4-17% from cache): each
 // step of each pass asks for L lines (steps per pass, X lines per row).
