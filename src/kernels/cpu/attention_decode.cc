@@ -148,11 +148,6 @@ HWY_INLINE __m256 Reduce8(const __m256* a) {
 struct bf16eo_t {
   uint16_t bits;
 };
-HWY_INLINE void LoadEo(const bf16eo_t* p, VF* out) {
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  out[0].raw = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  out[1].raw = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(-65536)));
-}
 // Outputs of 16 features each kept as [8 even, 8 odd] back to the natural order.
 HWY_NOINLINE void EoToNatural(float* HWY_RESTRICT o, int64_t Dv) {
   for (int64_t x = 0; x < Dv; x += 16) {
@@ -164,11 +159,11 @@ HWY_NOINLINE void EoToNatural(float* HWY_RESTRICT o, int64_t Dv) {
 }
 #endif
 
-// Vectors per load unit of a cache of TK: two for bf16eo_t (LoadEo), else one.
+// Vectors per load unit of a cache of TK: two for bf16eo_t (WidenPairs), else one.
 template <class TK>
 constexpr int kUnitVecs = 1;
 // Loads the kUnitVecs<TK> vectors of features [x, x + kUnitVecs·N) of row k (x a multiple of
-// the unit), asking for the line 4 KiB ahead (StreamAheadAt) where the loads start one.
+// the unit), asking for the line pf bytes ahead (StreamAheadAt) where the loads start one.
 template <class TK>
 HWY_INLINE void LoadUnit(const TK* HWY_RESTRICT k, int64_t x, VF* kv, int64_t pf, bool ask = true) {
   if (ask) StreamAheadAt(k, x, pf);
@@ -180,7 +175,7 @@ constexpr int kUnitVecs<bf16eo_t> = 2;
 template <>
 HWY_INLINE void LoadUnit(const bf16eo_t* HWY_RESTRICT k, int64_t x, VF* kv, int64_t pf, bool ask) {
   if (ask) StreamAheadAt(k, x, pf);
-  LoadEo(k + x, kv);
+  WidenPairs(DF(), reinterpret_cast<const bf16_t*>(k + x), kv, kv + 1);
 }
 #endif
 
@@ -429,7 +424,7 @@ constexpr std::array<DotBf16DpFn, sizeof...(I)> DotBf16DpTable(std::integer_sequ
 // The rows the P·V reads after the current block (`next`, nrows of them, the same row_bytes and
 // X lines each), asked for a share at each step of each of the block's npass > 1 passes
 // (PassAhead; the pair P·V's PvPairs and the f32 register tiles of AxpySpan). A P·V of one pass
-// asks instead for each line 4 KiB before it loads it.
+// asks instead for each line pf bytes before it loads it (StreamAhead).
 // Where only the first pass asked for lines (4 KiB ahead of its loads), the memory idled while
 // the later passes computed from L1: half of the P·V at G = 4 (two 64-feature halves), three
 // quarters at G = 8. Spread over the passes, one block (64 keys at Dv = 128) ahead, from DRAM
@@ -681,21 +676,18 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
 #pragma GCC unroll 16
     for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
   constexpr int UV = kUnitVecs<TK>;
-  if constexpr (XV % UV != 0) {
-    HWY_ABORT("AxpyTile: %d vectors of a cache read %d at a time", XV, UV);
-  } else {
-    for (int64_t t = 0; t < n; ++t) {
-      pa.At(t);
-      const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
-      VF a[XV];
+  static_assert(XV % UV == 0, "a tile holds whole load units");
+  for (int64_t t = 0; t < n; ++t) {
+    pa.At(t);
+    const TK* v = reinterpret_cast<const TK*>(row + t * row_bytes);
+    VF a[XV];
 #pragma GCC unroll 16
-      for (int x = 0; x < XV; x += UV) LoadUnit(v, x * N, a + x, 0, false);
+    for (int x = 0; x < XV; x += UV) LoadUnit(v, x * N, a + x, 0, false);
 #pragma GCC unroll 16
-      for (int g = 0; g < GR; ++g) {
-        const VF pg = hn::Set(d, p[g * pstride + t]);
+    for (int g = 0; g < GR; ++g) {
+      const VF pg = hn::Set(d, p[g * pstride + t]);
 #pragma GCC unroll 16
-        for (int x = 0; x < XV; ++x) acc[g][x] = hn::MulAdd(pg, a[x], acc[g][x]);
-      }
+      for (int x = 0; x < XV; ++x) acc[g][x] = hn::MulAdd(pg, a[x], acc[g][x]);
     }
   }
 #pragma GCC unroll 16
@@ -719,9 +711,11 @@ HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int6
                          os + x * N, ostride);
   const char* r = row + x * N * sizeof(TK);
   const PassAhead<> pa(ahead, ip0 + x / XW, n, 1, X, row_bytes);
+  // Odd counts only where a load unit is one vector (bf16eo_t rows are an even count).
+  constexpr bool kOdd = kUnitVecs<TK> == 1;
   switch (OV - x) {
     case 3:
-      if constexpr (XW > 3)
+      if constexpr (XW > 3 && kOdd)
         return AxpyTile<TK, GR, 3>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
       return;
     case 2:
@@ -729,9 +723,28 @@ HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int6
         return AxpyTile<TK, GR, 2>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
       return;
     case 1:
-      return AxpyTile<TK, GR, 1>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
+      if constexpr (kOdd)
+        return AxpyTile<TK, GR, 1>(r, row_bytes, n, pa, p, pstride, os + x * N, ostride);
+      return;
     default:
       return;
+  }
+}
+
+// fn(r, nk, t, ahead) for each block of up to `block` rows of a span of n rows (r: row t, nk
+// rows), with the RowsAhead of what its npass passes of X-line rows ask for: the next block,
+// after the last one the next_rows rows at `next`.
+template <class Fn>
+HWY_INLINE void OverBlocks(const char* row, int64_t row_bytes, int64_t n, int64_t block,
+                           int64_t npass, int64_t X, const char* next, int64_t next_rows,
+                           const Fn& fn) {
+  for (int64_t t = 0; t < n; t += block) {
+    const int64_t nk = std::min(block, n - t);
+    const char* r = row + t * row_bytes;
+    const bool last = t + nk >= n;
+    fn(r, nk, t,
+       RowsAhead(last ? next : r + nk * row_bytes, std::min(block, last ? next_rows : n - t - nk),
+                 npass, nk, X));
   }
 }
 
@@ -761,40 +774,31 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
       const int64_t X = (bytes + 63) / 64, tiles = (OV + kXF - 1) / kXF;
       const int64_t npass = tiles * kFull + (kRest > 0 ? (OV + kXR - 1) / kXR : 0);
       const int64_t block = std::max<int64_t>(8, (16 << 10) / bytes);
-      for (int64_t t = 0; t < n; t += block) {
-        const int64_t nk = std::min(block, n - t);
-        const char* r = row + t * row_bytes;
-        const bool last = t + nk >= n;
-        const RowsAhead ahead(last ? next : r + nk * row_bytes,
-                              std::min(block, last ? next_rows : n - t - nk), npass, nk, X);
-        for (int i = 0; i < kFull; ++i)
-          AxpyTileRows<TK, 4, kXF>(r, row_bytes, nk, OV, ahead, i * tiles, X,
-                                   p + i * 4 * pstride + t, pstride, os + i * 4 * ostride, ostride);
-        if constexpr (kRest > 0)
-          AxpyTileRows<TK, kRest, kXR>(r, row_bytes, nk, OV, ahead, kFull * tiles, X,
-                                       p + kFull * 4 * pstride + t, pstride,
-                                       os + kFull * 4 * ostride, ostride);
-      }
+      OverBlocks(row, row_bytes, n, block, npass, X, next, next_rows,
+                 [&](const char* r, int64_t nk, int64_t t, const RowsAhead& ahead) HWY_ATTR {
+                   for (int i = 0; i < kFull; ++i)
+                     AxpyTileRows<TK, 4, kXF>(r, row_bytes, nk, OV, ahead, i * tiles, X,
+                                              p + i * 4 * pstride + t, pstride,
+                                              os + i * 4 * ostride, ostride);
+                   if constexpr (kRest > 0)
+                     AxpyTileRows<TK, kRest, kXR>(r, row_bytes, nk, OV, ahead, kFull * tiles, X,
+                                                  p + kFull * 4 * pstride + t, pstride,
+                                                  os + kFull * 4 * ostride, ostride);
+                 });
       return;
     }
   }
   if constexpr (G <= kSeqMaxG) {
     // Row by row in several passes (AxpyKeysSeq): blocks of 16 KiB, as the tiles above. Each
     // pass had gone over 8 keys, the first asking for their lines 4 KiB ahead.
-    const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-    if (Dv == 8 * N && G > AxpyRowsPerPass(8)) {  // AxpyInBlocks
+    if (AxpyInBlocks(G, Dv)) {  // not the tiles (returned above): Dv is 8 vectors
       const int64_t bytes = Dv * static_cast<int64_t>(sizeof(TK));
       const int64_t npass = (G + AxpyRowsPerPass(8) - 1) / AxpyRowsPerPass(8);
       const int64_t block = std::max<int64_t>(8, (16 << 10) / bytes);
-      for (int64_t t = 0; t < n; t += block) {
-        const int64_t nk = std::min(block, n - t);
-        const char* r = row + t * row_bytes;
-        const bool last = t + nk >= n;
-        const RowsAhead ahead(last ? next : r + nk * row_bytes,
-                              std::min(block, last ? next_rows : n - t - nk), npass, nk,
-                              (bytes + 63) / 64);
-        AxpyKeysSeq<TK, 8, G>(r, row_bytes, nk, p + t, pstride, os, ostride, pf, &ahead);
-      }
+      OverBlocks(row, row_bytes, n, block, npass, (bytes + 63) / 64, next, next_rows,
+                 [&](const char* r, int64_t nk, int64_t t, const RowsAhead& ahead) HWY_ATTR {
+                   AxpyKeysSeq<TK, 8, G>(r, row_bytes, nk, p + t, pstride, os, ostride, pf, &ahead);
+                 });
       return;
     }
   }
@@ -1112,10 +1116,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       } else {
         convert(sc.row, DType::kF32, ri.q, qdtype, D);
         float* q = sc.qs + (r0 + g) * Dp;
-        for (int64_t x = 0; x < Dp; ++x) q[x] = x < D ? sc.row[x] * qscale : 0.0f;
-        if (eo)  // feature 16b + 2i + e at 16b + 8e + i
-          for (int64_t x = 0; x < D; ++x)
-            q[x / 16 * 16 + x % 2 * 8 + x % 16 / 2] = sc.row[x] * qscale;
+        std::fill(q + D, q + Dp, 0.0f);
+        for (int64_t x = 0; x < D; ++x)  // bf16eo_t: feature 16b + 2i + e at 16b + 8e + i
+          q[eo ? x / 16 * 16 + x % 2 * 8 + x % 16 / 2 : x] = sc.row[x] * qscale;
       }
       float* pr = part[hh] + g * P;
       pr[0] = kNegInf;
@@ -1145,9 +1148,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // 5-26%.
   auto ahead_of_last = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes) {
     if (!kv.table || jn > hi) return kDecodeAheadBytes;
-    const char* next = kv.base + kv.table[jn / kv.block_size] * kv.page_bytes +
-                       (jn % kv.block_size) * kv.row_bytes;
-    return static_cast<int64_t>(next - (row + (nh - 1) * head_bytes));
+    return static_cast<int64_t>(kv.row_at(jn) - (row + (nh - 1) * head_bytes));
   };
 
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {

@@ -144,16 +144,6 @@ HWY_INLINE void InRowGroups(int64_t cnt, const Fn& fn) {
   for (; j < cnt; ++j) fn(std::integral_constant<int, 1>(), j);
 }
 
-// The 2·Lanes bf16 weights at p as two f32 vectors, the even elements and the odd ones: as u32
-// lanes, (v << 16) is the even element and (v & 0xFFFF0000) the odd one (no cross-lane shuffle).
-template <class D>
-HWY_INLINE void WidenPairs(D d, const bf16_t* p, hn::Vec<D>* even, hn::Vec<D>* odd) {
-  const hn::RebindToUnsigned<D> du;
-  const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
-  *even = hn::BitCast(d, hn::ShiftLeft<16>(v));
-  *odd = hn::BitCast(d, hn::And(v, hn::Set(du, 0xFFFF0000u)));
-}
-
 // bf16 weights, K a multiple of 2 * Lanes: each load holds Lanes pairs of bf16 (WidenPairs). x was
 // stored
 // pair-split per 2 * Lanes chunk (even elements, then odd ones), so no cross-lane shuffle is

@@ -74,6 +74,16 @@ HWY_INLINE hn::Vec<D> LoadF(D d, const bf16_t* p) {
   const hn::Rebind<hwy::bfloat16_t, D> db;
   return hn::PromoteTo(d, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p)));
 }
+// The 2·Lanes bf16 values at p as two f32 vectors, the even elements and the odd ones: as u32
+// lanes, (v << 16) is the even element and (v & 0xFFFF0000) the odd one (no cross-lane shuffle).
+template <class D>
+HWY_INLINE void WidenPairs(D d, const bf16_t* p, hn::Vec<D>* even, hn::Vec<D>* odd) {
+  const hn::RebindToUnsigned<D> du;
+  const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
+  *even = hn::BitCast(d, hn::ShiftLeft<16>(v));
+  *odd = hn::BitCast(d, hn::And(v, hn::Set(du, 0xFFFF0000u)));
+}
+
 // Highway 1.0's emulated f16 conversions (the portable EMU128/SCALAR targets) turn Inf into a
 // large finite number and truncate; on those targets f16 goes through our scalar conversion.
 // x86 (F16C / AVX-512) and NEON convert in hardware, correctly.
