@@ -8,8 +8,9 @@
 // L1/L2), f32 accumulators, one horizontal sum per output. bf16/f16 weights are widened in
 // registers, so a bf16 model reads half the bytes. Outputs are gathered per vector of N and
 // finished with the fused epilogue (bias, activation, residual add or multiply) before one
-// rounding store. Threads split N into contiguous ranges (deterministic: each output's sum
-// order never depends on the thread count).
+// rounding store. Threads split N into blocks of 16 outputs, each computed whole by one thread
+// (deterministic: each output's sum order never depends on the threads), and a thread that
+// finishes its share first takes the other's last blocks (parallel_for_balanced).
 // clang-format off: Highway's per-target re-inclusion needs this exact order.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/cpu/gemv.cc"
@@ -30,11 +31,14 @@
 HWY_BEFORE_NAMESPACE();
 namespace tboost::kernels::HWY_NAMESPACE {
 
-// How far ahead of its loads the weight stream asks for lines (StreamAhead): 1 KiB on AVX2.
-// On Zen 3, alternated runs of `tboost bench -p 0` (floor fractions against reads timed in
-// turn, 4 KiB -> 1 KiB): llama-110m f32 0.63-0.72 -> 0.74-0.89, bf16 0.63-0.69 -> 0.68-0.75;
-// llama-1b bf16 13.2-13.7 -> 15.5-16.3 tokens/s, f32 0.69-0.80 -> 0.77-0.89 of its floor.
-constexpr int64_t kGemvAheadBytes = HWY_TARGET == HWY_AVX2 ? 1024 : kStreamAheadBytes;
+// How far ahead of its loads the weight stream asks for lines (StreamAhead): 2 KiB on AVX2.
+// On Zen 3 the best distance moved with the host's memory: in one session 1 KiB beat 4 KiB
+// (llama-110m f32 0.63-0.72 -> 0.74-0.89 of its floor, llama-1b bf16 13.2-13.7 -> 15.5-16.3
+// tokens/s) and 2 KiB was within the noise of 1 KiB; in a later one, with slower reads
+// (26-36 GB/s), whole-model decode alternated in one process ran 1.2-1.6x faster at 2 KiB than
+// at 1 KiB and 1.1-1.2x faster than at 1.5, 2.5, 3 or 4 KiB (bench/RESULTS.md, "Zen 3,
+// fifteenth session"). 2 KiB was never the slowest.
+constexpr int64_t kGemvAheadBytes = HWY_TARGET == HWY_AVX2 ? 2048 : kStreamAheadBytes;
 
 // One weight row against kM rows of x (f32, stride ldx): out[m * 16] = x_m · w. The row is
 // read front to back with kU independent accumulators per x row, so the whole weight matrix is
@@ -370,7 +374,7 @@ void GemvTyped(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
   // ~32 KiB of weights per thread at least: below that a fork/join costs more than the work.
   const int64_t min_blocks =
       std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, kBlock * a.K * sizeof(TW)));
-  parallel_for(a.threads, blocks, min_blocks, a.ftz, [&](int64_t b0, int64_t b1) {
+  auto body = [&](int64_t b0, int64_t b1) {
     HWY_ALIGN float sums[4 * 16];
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n0 = b * kBlock;
@@ -398,7 +402,9 @@ void GemvTyped(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
         Epilogue<kAct, kHasAct, TY>(a, sums, m0, mc, n0, cnt);
       }
     }
-  });
+  };
+  // Any thread may compute any block: each output is one block's (parallel_for_balanced).
+  parallel_for_balanced(a.threads, blocks, min_blocks, a.ftz, body);
 }
 
 template <class TW, class TY>
