@@ -89,7 +89,6 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // GQA-3 at head dim 64 within ±3%; 512 bytes gained less.
 constexpr int64_t kDecodeAheadBytes = TBOOST_DECODE_AVX2 ? 1024 : kStreamAheadBytes;
 
-
 // Query rows the dots compute for G real ones: on AVX-512 3 -> 4 and 5-7 -> 8, so that the
 // G·KK accumulators are 16 and go through Reduce16 (KeysAtOnce); with 7 rows each key took 7
 // separate horizontal sums, and GQA-7 bf16 decode (Qwen2-0.5B's 14 q / 2 kv heads) ran at
