@@ -1,9 +1,11 @@
-// parallel_for: the one way our kernels use threads.
+// parallel_for: how our kernels use threads.
 //
 // Static, contiguous partition of [0, n) into at most `threads` ranges, so each thread works
 // on a fixed slice: results never depend on thread timing (the training issue needs reductions
 // that are bitwise repeatable). Each worker sets FTZ/DAZ for the duration of the region, since
 // MXCSR is per thread and OpenMP workers do not inherit the caller's mode.
+// parallel_for_balanced (below) lets a thread take items from another's slice, for work whose
+// every output is written by one item, so results still do not depend on who ran what.
 #pragma once
 
 #include <omp.h>
@@ -69,8 +71,9 @@ void parallel_for_balanced(int threads, int64_t n, int64_t min_per_thread, bool 
     ranges = heap_ranges.get();
   }
   for (int t = 0; t < nt; ++t)
-    ranges[t].fb.store(static_cast<uint64_t>(n * t / nt) << 32 | static_cast<uint64_t>(n * (t + 1) / nt),
-                       std::memory_order_relaxed);
+    ranges[t].fb.store(
+        static_cast<uint64_t>(n * t / nt) << 32 | static_cast<uint64_t>(n * (t + 1) / nt),
+        std::memory_order_relaxed);
   // One item of r: from the front (owner) or the back (thief); false when none is left.
   auto claim = [](Range& r, bool front, int64_t* item) {
     uint64_t s = r.fb.load(std::memory_order_relaxed);

@@ -1,5 +1,7 @@
 // parallel_for_balanced: every item runs exactly once, whichever thread takes it, including
 // when one thread is held up and the other takes items from the back of its range.
+#include "src/core/parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,8 +9,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
-#include "src/core/parallel.h"
 
 namespace tboost {
 namespace {
