@@ -59,29 +59,31 @@ void parallel_for_balanced(int threads, int64_t n, int64_t min_per_thread, bool 
   if (nt <= 1 || n >= (int64_t{1} << 31)) return parallel_for(threads, n, min_per_thread, ftz, fn);
   // Each thread's unclaimed items [front, back) as one word (front << 32 | back), so that an
   // owner's claim from the front and a thief's from the back are one compare-exchange each.
+  // Plain words used through atomic_ref: an array of std::atomic is zeroed on construction (a
+  // `rep stos` of 1 KiB per call).
   struct alignas(64) Range {
-    std::atomic<uint64_t> fb;
+    uint64_t fb;
   };
   constexpr int kStack = 16;
   Range stack_ranges[kStack];
   std::unique_ptr<Range[]> heap_ranges;
   Range* ranges = stack_ranges;
   if (nt > kStack) {
-    heap_ranges = std::make_unique<Range[]>(static_cast<size_t>(nt));
+    heap_ranges.reset(new Range[static_cast<size_t>(nt)]);
     ranges = heap_ranges.get();
   }
   for (int t = 0; t < nt; ++t)
-    ranges[t].fb.store(
-        static_cast<uint64_t>(n * t / nt) << 32 | static_cast<uint64_t>(n * (t + 1) / nt),
-        std::memory_order_relaxed);
+    ranges[t].fb =
+        static_cast<uint64_t>(n * t / nt) << 32 | static_cast<uint64_t>(n * (t + 1) / nt);
   // One item of r: from the front (owner) or the back (thief); false when none is left.
   auto claim = [](Range& r, bool front, int64_t* item) {
-    uint64_t s = r.fb.load(std::memory_order_relaxed);
+    std::atomic_ref<uint64_t> fb(r.fb);
+    uint64_t s = fb.load(std::memory_order_relaxed);
     for (;;) {
       const uint64_t f = s >> 32, b = s & 0xffffffffu;
       if (f >= b) return false;
       const uint64_t next = front ? (f + 1) << 32 | b : f << 32 | (b - 1);
-      if (r.fb.compare_exchange_weak(s, next, std::memory_order_relaxed)) {
+      if (fb.compare_exchange_weak(s, next, std::memory_order_relaxed)) {
         *item = static_cast<int64_t>(front ? f : b - 1);
         return true;
       }
