@@ -19,13 +19,18 @@
 
 namespace tboost {
 
+// Threads for n > 0 items: at most `threads`, and at least `min_per_thread` items each.
+inline int ThreadsFor(int threads, int64_t n, int64_t min_per_thread) {
+  const int64_t by_work = std::max<int64_t>(1, n / std::max<int64_t>(1, min_per_thread));
+  return static_cast<int>(std::min<int64_t>({static_cast<int64_t>(threads), by_work, n}));
+}
+
 // fn(begin, end) is called on disjoint ranges covering [0, n). `min_per_thread` keeps tiny
 // problems on one thread, where a fork/join (~1-2 us) would cost more than the work.
 template <class Fn>
 void parallel_for(int threads, int64_t n, int64_t min_per_thread, bool ftz, Fn&& fn) {
   if (n <= 0) return;
-  const int64_t by_work = std::max<int64_t>(1, n / std::max<int64_t>(1, min_per_thread));
-  const int nt = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(threads), by_work, n}));
+  const int nt = ThreadsFor(threads, n, min_per_thread);
   if (nt <= 1) {
     DenormalGuard g(ftz);
     fn(int64_t{0}, n);
@@ -50,13 +55,12 @@ void parallel_for(int threads, int64_t n, int64_t min_per_thread, bool ftz, Fn&&
 //
 // Why: two threads streaming weights from DRAM do not get equal shares of the bandwidth within
 // a call, and with static halves the faster one waited at the join. In a profile of llama-110m
-// bf16 decode on Zen 3 the join waits fell from 8.4% of the samples to 1.7%, and alternated
-// runs gained 2-4% tokens/s (bench/RESULTS.md, fifteenth session).
+// bf16 decode on Zen 3 the join waits fell from 8.4% of the samples to 1.7%, and the medians of
+// alternated runs rose 2% (bench/RESULTS.md, fifteenth session).
 template <class Fn>
 void parallel_for_balanced(int threads, int64_t n, int64_t min_per_thread, bool ftz, Fn&& fn) {
   if (n <= 0) return;
-  const int64_t by_work = std::max<int64_t>(1, n / std::max<int64_t>(1, min_per_thread));
-  const int nt = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(threads), by_work, n}));
+  const int nt = ThreadsFor(threads, n, min_per_thread);
   if (nt <= 1 || n >= (int64_t{1} << 31)) return parallel_for(threads, n, min_per_thread, ftz, fn);
   // Each thread's unclaimed items [front, back) as one word (front << 32 | back), so that an
   // owner's claim from the front and a thief's from the back are one compare-exchange each.

@@ -35,9 +35,9 @@ namespace tboost::kernels::HWY_NAMESPACE {
 // On Zen 3 the best distance moved with the host's memory: in one session 1 KiB beat 4 KiB
 // (llama-110m f32 0.63-0.72 -> 0.74-0.89 of its floor, llama-1b bf16 13.2-13.7 -> 15.5-16.3
 // tokens/s) and 2 KiB was within the noise of 1 KiB; in a later one, with slower reads
-// (26-36 GB/s), whole-model decode alternated in one process ran 1.2-1.6x faster at 2 KiB than
-// at 1 KiB and 1.1-1.2x faster than at 1.5, 2.5, 3 or 4 KiB (bench/RESULTS.md, "Zen 3,
-// fifteenth session"). 2 KiB was never the slowest.
+// (26-36 GB/s), whole-model decode alternated in one process ran 1.3-1.6x faster at 2 KiB than
+// at 1 KiB and 1.1-1.3x faster than at 1.5, 2.5, 3 or 4 KiB; twenty minutes later 1 and 2 KiB
+// were equal (bench/RESULTS.md, "Zen 3, fifteenth session").
 constexpr int64_t kGemvAheadBytes = HWY_TARGET == HWY_AVX2 ? 2048 : kStreamAheadBytes;
 
 // One weight row against kM rows of x (f32, stride ldx): out[m * 16] = x_m · w. The row is
