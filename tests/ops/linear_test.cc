@@ -114,6 +114,9 @@ std::vector<CaseSpec> linear_cases() {
     // Decode: M = 1 (GEMV), long reduction.
     add({.dtype = dt, .x = {1, 2048}, .N = 96, .bias = true, .act = Activation::kSilu});
     add({.dtype = dt, .x = {1, 1, 130}, .N = 70, .res = true, .constw = false});
+    // M = 1 over rows of >= 4 KiB (f32 on AVX2: several rows per pass), N not a multiple of
+    // them, K with a tail, padded rows of w.
+    add({.dtype = dt, .x = {1, 2090}, .N = 39, .res = true, .strided_in = true, .threads = 2});
     // Batched decode, rows of >= 4 KiB: several weight rows per pass (N not a multiple of
     // them), K with a tail (2090) and without (2080: bf16's pair-dot path).
     add({.dtype = dt, .x = {3, 2080}, .N = 37, .bias = true, .act = Activation::kSilu,

@@ -129,8 +129,16 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
 // Rows of at least this many bytes take DotRowN for 2+ rows of x. Shorter rows read side by
 // side lose the hardware prefetchers (Zen 4, M = 2 to 4: K = 768 f32 rows ran 1.3-1.5x slower
 // that way, bf16 ones 1.4-1.6x). One x row (M = 1, the decode case) reads one weight row at a
-// time.
+// time, except f32 rows on AVX2 (kF32RowsSideBySide).
 constexpr int64_t kMultiRowMinBytes = 4096;
+// One x row against f32 weight rows of kMultiRowMinBytes or more: DotRowN's rows side by side
+// on AVX2. On Zen 3, llama-1b f32's GEMV chain (rows of 8 and 22 KiB) ran at 0.94-0.96 of a read
+// of its weights timed in turn against 0.88 one row at a time, and whole-model decode at
+// 0.87-0.94 of its floor against 0.78-0.86 (bench/RESULTS.md, "Zen 3, sixteenth session").
+// Not for bf16 or f16 rows (0.84-0.86 either way) nor shorter rows (llama-110m f32's 3 KiB:
+// 0.81 against 0.87); not measured on AVX-512, where a 4-row M = 1 loop over llama-110m's bf16
+// rows had run at 0.61-0.68 of the read against 0.90-0.95.
+constexpr bool kF32RowsSideBySide = HWY_TARGET == HWY_AVX2;
 // kWVecs vectors per weight row and kXVecs per x row (DotRowN: 1, 1; the pair split: 2, 2).
 constexpr int RowsAtOnce(int kM, int kWVecs = 1, int kXVecs = 1) {
   for (int r : {4, 2}) {
@@ -294,17 +302,18 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16DpRows(const uint32_t* x2, int
 enum class XLayout { kF32, kF32PairSplit, kBf16 };
 
 // Dots of kM rows of x with weight rows [0, cnt) (cnt <= 16) into sums[m * 16 + j]: one weight
-// row at a time for one x row or short rows (kM * kU accumulators, within AVX2's 16 registers),
-// RowsAtOnce(kM) rows at a time otherwise (DotRowN, DotRowsBf16DpN). Not inlined: one copy per
-// (kM, TW) serves every output type and epilogue (inlined, the 45 GemvTyped instantiations
-// each carried all four, and gemv.cc was the second-longest compile of the library). A call
-// per block of 16 weight rows costs nothing measurable.
+// row at a time for one x row (f32 rows on AVX2 aside) or short rows (kM * kU accumulators, within
+// AVX2's 16 registers), RowsAtOnce(kM) rows at a time otherwise (DotRowN, DotRowsBf16DpN). Not
+// inlined: one copy per (kM, TW) serves every output type and epilogue (inlined, the 45 GemvTyped
+// instantiations each carried all four, and gemv.cc was the second-longest compile of the library).
+// A call per block of 16 weight rows costs nothing measurable.
 template <int kM, class TW>
 HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                           int64_t cnt, float* sums, XLayout xl) {
   constexpr int kU = kM <= 2 ? 4 : 2;
   constexpr int kR = RowsAtOnce(kM);
-  const bool multi = kM > 1 && K * static_cast<int64_t>(sizeof(TW)) >= kMultiRowMinBytes;
+  const bool multi = (kM > 1 || (kF32RowsSideBySide && std::is_same_v<TW, float>)) &&
+                     K * static_cast<int64_t>(sizeof(TW)) >= kMultiRowMinBytes;
   const bool pairs = xl == XLayout::kF32PairSplit;
 #if TBOOST_HAS_BF16_DOT
   if constexpr (std::is_same_v<TW, bf16_t>) {
