@@ -27,6 +27,9 @@ struct LinCfg {
   bool constw = true;
   bool strided_in = false, strided_out = false;
   int threads = 0;
+  // Bound each output by what f32 accumulation can lose, not by the dtype's tolerance (see
+  // build()); for cases without an activation.
+  bool tight = false;
 };
 
 std::string cfg_name(const LinCfg& c) {
@@ -39,6 +42,7 @@ std::string cfg_name(const LinCfg& c) {
   if (!c.constw) s += "_varw";
   if (c.strided_in) s += "_sin";
   if (c.strided_out) s += "_sout";
+  if (c.tight) s += "_tight";
   s += "_t" + std::to_string(c.threads);
   return s;
 }
@@ -90,7 +94,20 @@ OpCase build(const LinCfg& c, Rng& rng) {
     if (c.res) r = to_f64(in[k]);
     RefOut y;
     kernels::ref::linear(&y, x, w, b, r, M, K, c.N, c.act, c.res_mul);
-    return std::vector<Expected>{{y, tolerance(c.dtype, K)}};
+    if (!c.tight) return std::vector<Expected>{{y, tolerance(c.dtype, K)}};
+    // Products of f32 values carry one rounding and those of bf16 / f16 values none, the f32
+    // sum of K + 2 terms (bias, residual) at most (K + 2) roundings of 2^-24 relative to the sum
+    // of their magnitudes, and the store one rounding of the output type (bounded here by twice
+    // its unit roundoff: 2^-7 bf16, 2^-10 f16, 2^-23 f32). The dtype tolerance scales with that sum
+    // of magnitudes (2^-6 of it for bf16 at K >= 2048): a dot that dropped a 16-element step of
+    // 2080 would pass it, not this bound. Expressed through scale with tol = 1.
+    const double out_u = c.dtype == DType::kBF16  ? std::ldexp(1.0, -7)
+                         : c.dtype == DType::kF16 ? std::ldexp(1.0, -10)
+                                                  : std::ldexp(1.0, -23);
+    for (size_t i = 0; i < y.value.size(); ++i)
+      y.scale[i] = out_u * std::abs(y.value[i]) +
+                   static_cast<double>(K + 2) * std::ldexp(1.0, -24) * y.scale[i];
+    return std::vector<Expected>{{y, 1.0}};
   };
   return oc;
 }
@@ -116,7 +133,13 @@ std::vector<CaseSpec> linear_cases() {
     add({.dtype = dt, .x = {1, 1, 130}, .N = 70, .res = true, .constw = false});
     // M = 1 over rows of >= 4 KiB (f32 on AVX2: several rows per pass), N not a multiple of
     // them, K with a tail, padded rows of w.
-    add({.dtype = dt, .x = {1, 2090}, .N = 39, .res = true, .strided_in = true, .threads = 2});
+    add({.dtype = dt, .x = {1, 2090}, .N = 39, .res = true, .strided_in = true, .threads = 2,
+         .tight = true});
+    // M = 1, K a multiple of 16 but not of 128: bf16's pair-dot path with a partial last step.
+    add({.dtype = dt, .x = {1, 2080}, .N = 21, .bias = true, .tight = true});
+    // Short rows one at a time (M = 1) and several x rows over long ones, bounded as tightly.
+    add({.dtype = dt, .x = {1, 784}, .N = 50, .bias = true, .bias_dtype = dt, .tight = true});
+    add({.dtype = dt, .x = {3, 2080}, .N = 37, .res = true, .threads = 2, .tight = true});
     // Batched decode, rows of >= 4 KiB: several weight rows per pass (N not a multiple of
     // them), K with a tail (2090) and without (2080: bf16's pair-dot path).
     add({.dtype = dt, .x = {3, 2080}, .N = 37, .bias = true, .act = Activation::kSilu,
