@@ -76,11 +76,43 @@ HWY_INLINE void DotRow(const float* x, int64_t ldx, const TW* w, int64_t K, floa
   }
 }
 
+// One x row (M = 1, the decode case) reads one weight row at a time, except on AVX2 f32 and
+// bf16 rows of at least kSideBySideMinBytes: 4 rows side by side (DotRowN, DotRowBf16PairsN),
+// each asking for lines kGroupAheadBytes ahead with AskGroupAhead. On Zen 3, medians over
+// alternated rounds of a chain of the models' GEMVs, as fractions of a read of their weights
+// timed in turn (bench/RESULTS.md, "Zen 3, sixteenth session"):
+// - llama-1b f32 (rows of 8 and 22 KiB): 1.11 at 256 or 512 bytes ahead, 1.07 at 768, against
+//   0.93 for 4 rows asking 2 KiB ahead of each row alone and 0.88 for one row at a time;
+// - llama-1b bf16 (4 and 11 KiB): 0.97-0.98 at 256-512 bytes, 0.91 at 1 KiB, against 0.77 one
+//   row at a time;
+// - llama-110m f32 (3 and 8 KiB): 0.88-0.89 against 0.84-0.87;
+// - llama-110m bf16's 1.5 KiB rows side by side: 0.70-0.75 against 0.84, so they stay one at
+//   a time.
+// Not measured on AVX-512, where a 4-row M = 1 loop over llama-110m's bf16 rows with per-row
+// distances had run at 0.61-0.68 of the read against 0.90-0.95 one row at a time.
+constexpr bool kSideBySide = HWY_TARGET == HWY_AVX2;
+constexpr int64_t kSideBySideMinBytes = 3072;
+constexpr int64_t kGroupAheadBytes = 512;
+// For kR weight rows read side by side (one x row, rows of kSideBySideMinBytes or more):
+// asks, once per line, for each row's line kGroupAheadBytes past the loads at element k, or,
+// past the row's end, for the same place in the row kR below it, which the next group of
+// rows reads next. A distance relative to each row alone (StreamAheadAt) ran past the row's
+// end into the row the group was reading anyway, so every group started its rows cold.
+template <int kR, class TW>
+HWY_INLINE void AskGroupAhead(const TW* w, int64_t ldw, int64_t k, int64_t K) {
+  constexpr int64_t kSize = static_cast<int64_t>(sizeof(TW));
+  if (((k * kSize) & 63) != 0) return;
+  int64_t at = k + kGroupAheadBytes / kSize;
+  if (at >= K) at += kR * ldw - K;
+#pragma GCC unroll 16
+  for (int r = 0; r < kR; ++r) __builtin_prefetch(w + r * ldw + at, 0, 3);
+}
+
 // kR weight rows (ldw apart) against kM rows of x: each x vector is loaded once for all kR
 // rows, and the kR·kM accumulators are independent FMA chains. With one row at a time and
 // several x rows, each weight vector fed kM FMAs behind kM x loads: at M = 4 the weight stream
 // ran at half the speed of M = 1 (bench/RESULTS.md, "batched decode").
-template <int kR, int kM, class TW>
+template <int kR, int kM, bool kGroupAhead = false, class TW>
 HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                         float* out) {
   const hn::ScalableTag<float> d;
@@ -94,9 +126,10 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
   int64_t k = 0;
   for (; k + L <= K; k += L) {
     V wv[kR];
+    if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      StreamAheadAt(w + r * ldw, k, kGemvAheadBytes);
+      if constexpr (!kGroupAhead) StreamAheadAt(w + r * ldw, k, kGemvAheadBytes);
       wv[r] = LoadF(d, w + r * ldw + k);
     }
 #pragma GCC unroll 16
@@ -128,17 +161,8 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
 #endif
 // Rows of at least this many bytes take DotRowN for 2+ rows of x. Shorter rows read side by
 // side lose the hardware prefetchers (Zen 4, M = 2 to 4: K = 768 f32 rows ran 1.3-1.5x slower
-// that way, bf16 ones 1.4-1.6x). One x row (M = 1, the decode case) reads one weight row at a
-// time, except f32 rows on AVX2 (kF32RowsSideBySide).
+// that way, bf16 ones 1.4-1.6x).
 constexpr int64_t kMultiRowMinBytes = 4096;
-// One x row against f32 weight rows of kMultiRowMinBytes or more: DotRowN's rows side by side
-// on AVX2. On Zen 3, llama-1b f32's GEMV chain (rows of 8 and 22 KiB) ran at 0.94-0.96 of a read
-// of its weights timed in turn against 0.88 one row at a time, and whole-model decode at
-// 0.87-0.94 of its floor against 0.78-0.86 (bench/RESULTS.md, "Zen 3, sixteenth session").
-// Not for bf16 or f16 rows (0.84-0.86 either way) nor shorter rows (llama-110m f32's 3 KiB:
-// 0.81 against 0.87); not measured on AVX-512, where a 4-row M = 1 loop over llama-110m's bf16
-// rows had run at 0.61-0.68 of the read against 0.90-0.95.
-constexpr bool kF32RowsSideBySide = HWY_TARGET == HWY_AVX2;
 // kWVecs vectors per weight row and kXVecs per x row (DotRowN: 1, 1; the pair split: 2, 2).
 constexpr int RowsAtOnce(int kM, int kWVecs = 1, int kXVecs = 1) {
   for (int r : {4, 2}) {
@@ -191,7 +215,7 @@ HWY_INLINE void DotRowBf16Pairs(const float* x, int64_t ldx, const bf16_t* w, in
 }
 
 // kR weight rows at once (see DotRowN) on the pair-split layout of DotRowBf16Pairs.
-template <int kR, int kM>
+template <int kR, int kM, bool kGroupAhead = false>
 HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, int64_t ldw,
                                  int64_t K, float* out) {
   const hn::ScalableTag<float> d;
@@ -204,9 +228,10 @@ HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, i
     for (int m = 0; m < kM; ++m) acc[r][m] = hn::Zero(d);
   for (int64_t k = 0; k < K; k += 2 * L) {
     V we[kR], wo[kR];
+    if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      StreamAheadAt(w + r * ldw, k, kGemvAheadBytes);
+      if constexpr (!kGroupAhead) StreamAheadAt(w + r * ldw, k, kGemvAheadBytes);
       WidenPairs(d, w + r * ldw + k, &we[r], &wo[r]);
     }
 #pragma GCC unroll 16
@@ -302,11 +327,12 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16DpRows(const uint32_t* x2, int
 enum class XLayout { kF32, kF32PairSplit, kBf16 };
 
 // Dots of kM rows of x with weight rows [0, cnt) (cnt <= 16) into sums[m * 16 + j]: one weight
-// row at a time for one x row (f32 rows on AVX2 aside) or short rows (kM * kU accumulators, within
-// AVX2's 16 registers), RowsAtOnce(kM) rows at a time otherwise (DotRowN, DotRowsBf16DpN). Not
-// inlined: one copy per (kM, TW) serves every output type and epilogue (inlined, the 45 GemvTyped
-// instantiations each carried all four, and gemv.cc was the second-longest compile of the library).
-// A call per block of 16 weight rows costs nothing measurable.
+// row at a time for one x row (long rows on AVX2 aside: kSideBySide) or short rows (kM * kU
+// accumulators, within AVX2's 16 registers), RowsAtOnce(kM) rows at a time otherwise (DotRowN,
+// DotRowsBf16DpN). Not inlined: one copy per (kM, TW) serves every output type and epilogue
+// (inlined, the 45 GemvTyped instantiations each carried all four, and gemv.cc was the
+// second-longest compile of the library). A call per block of 16 weight rows costs nothing
+// measurable.
 template <int kM, class TW>
 HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                           int64_t cnt, float* sums, XLayout xl) {
@@ -319,9 +345,23 @@ HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw,
   // nothing from 8 (0.88 against 0.89).
   constexpr int kUPairs = kM == 1 && HWY_TARGET == HWY_AVX2 ? 8 : kU;
   constexpr int kR = RowsAtOnce(kM);
-  const bool multi = (kM > 1 || (kF32RowsSideBySide && std::is_same_v<TW, float>)) &&
-                     K * static_cast<int64_t>(sizeof(TW)) >= kMultiRowMinBytes;
+  const int64_t row_bytes = K * static_cast<int64_t>(sizeof(TW));
+  const bool multi = kM > 1 && row_bytes >= kMultiRowMinBytes;
   const bool pairs = xl == XLayout::kF32PairSplit;
+  if constexpr (kM == 1 && kSideBySide && !std::is_same_v<TW, f16_t>) {
+    if (row_bytes >= kSideBySideMinBytes) {
+      if constexpr (std::is_same_v<TW, bf16_t>) {
+        if (pairs)
+          return InRowGroups<4>(cnt, [&](auto rows, int64_t j) HWY_ATTR {
+            DotRowBf16PairsN<rows(), 1, true>(x, ldx, w + j * ldw, ldw, K, sums + j);
+          });
+      } else {
+        return InRowGroups<4>(cnt, [&](auto rows, int64_t j) HWY_ATTR {
+          DotRowN<rows(), 1, true>(x, ldx, w + j * ldw, ldw, K, sums + j);
+        });
+      }
+    }
+  }
 #if TBOOST_HAS_BF16_DOT
   if constexpr (std::is_same_v<TW, bf16_t>) {
     if (xl == XLayout::kBf16) {  // x holds bf16 rows of K / 2 u32 pairs (ldx counts u32s)
