@@ -337,12 +337,12 @@ template <int kM, class TW>
 HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                           int64_t cnt, float* sums, XLayout xl) {
   constexpr int kU = kM <= 2 ? 4 : 2;
-  // One x row against bf16 rows on AVX2: 8 accumulators, 256 bytes of weights per step (as
-  // 4 do with AVX-512's vectors). On Zen 3, medians over alternated rounds: llama-1b bf16's
-  // GEMV chain at 0.87-0.92 of a read of its weights timed in turn against 0.78-0.85 with 4,
-  // llama-110m's at 0.89-0.95 against 0.83-0.90; llama-110m bf16 decode at 0.82-0.87 of its
-  // floor against 0.70-0.78 (bench/RESULTS.md, "Zen 3, sixteenth session"). f32 rows gained
-  // nothing from 8 (0.88 against 0.89).
+  // One x row against bf16 rows on AVX2 (those under kSideBySideMinBytes since the rows side
+  // by side): 8 accumulators, 256 bytes of weights per step (as 4 do with AVX-512's vectors). On
+  // Zen 3, medians over alternated rounds: llama-1b bf16's GEMV chain at 0.87-0.92 of a read of its
+  // weights timed in turn against 0.78-0.85 with 4, llama-110m's at 0.89-0.95 against 0.83-0.90;
+  // llama-110m bf16 decode at 0.82-0.87 of its floor against 0.70-0.78 (bench/RESULTS.md, "Zen 3,
+  // sixteenth session"). f32 rows gained nothing from 8 (0.88 against 0.89).
   constexpr int kUPairs = kM == 1 && HWY_TARGET == HWY_AVX2 ? 8 : kU;
   constexpr int kR = RowsAtOnce(kM);
   const int64_t row_bytes = K * static_cast<int64_t>(sizeof(TW));
