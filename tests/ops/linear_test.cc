@@ -131,14 +131,17 @@ std::vector<CaseSpec> linear_cases() {
     // Decode: M = 1 (GEMV), long reduction.
     add({.dtype = dt, .x = {1, 2048}, .N = 96, .bias = true, .act = Activation::kSilu});
     add({.dtype = dt, .x = {1, 1, 130}, .N = 70, .res = true, .constw = false});
-    // M = 1 over rows of >= 4 KiB (f32 on AVX2: several rows per pass), N not a multiple of
-    // them, K with a tail, padded rows of w.
+    // M = 1 over long rows (f32 on AVX2: 4 rows per pass, asking ahead per group; bf16 and
+    // f16 at K = 2090 one row at a time), N not a multiple of 4, K with a tail, padded rows.
     add({.dtype = dt, .x = {1, 2090}, .N = 39, .res = true, .strided_in = true, .threads = 2,
          .tight = true});
-    // M = 1, K a multiple of 16 but not of 128: bf16's pair-dot path with a partial last step.
+    // M = 1, K a multiple of 16 but not of 128: bf16's pair-split rows 4 per pass on AVX2.
     add({.dtype = dt, .x = {1, 2080}, .N = 21, .bias = true, .tight = true});
-    // Short rows one at a time (M = 1) and several x rows over long ones, bounded as tightly.
+    // M = 1 at K = 784: f32 rows of 3136 bytes, just over the side-by-side threshold (3072);
+    // bf16 / f16 rows one at a time (bf16: 8 accumulators, 49 steps of 16, a partial last
+    // group). K = 700: every dtype one row at a time. Then several x rows over long rows.
     add({.dtype = dt, .x = {1, 784}, .N = 50, .bias = true, .bias_dtype = dt, .tight = true});
+    add({.dtype = dt, .x = {1, 700}, .N = 33, .res = true, .tight = true});
     add({.dtype = dt, .x = {3, 2080}, .N = 37, .res = true, .threads = 2, .tight = true});
     // Batched decode, rows of >= 4 KiB: several weight rows per pass (N not a multiple of
     // them), K with a tail (2090) and without (2080: bf16's pair-dot path).

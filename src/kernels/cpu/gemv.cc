@@ -342,31 +342,25 @@ template <int kM, class TW>
 HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                           int64_t cnt, float* sums, XLayout xl) {
   constexpr int kU = kM <= 2 ? 4 : 2;
-  // One x row against bf16 rows on AVX2 (those under kSideBySideMinBytes since the rows side
-  // by side): 8 accumulators, 256 bytes of weights per step (as 4 do with AVX-512's vectors). On
-  // Zen 3, medians over alternated rounds: llama-1b bf16's GEMV chain at 0.87-0.92 of a read of its
-  // weights timed in turn against 0.78-0.85 with 4, llama-110m's at 0.89-0.95 against 0.83-0.90;
-  // llama-110m bf16 decode at 0.82-0.87 of its floor against 0.70-0.78 (bench/RESULTS.md, "Zen 3,
-  // sixteenth session"). f32 rows gained nothing from 8 (0.88 against 0.89).
+  // One x row against bf16 rows read one at a time on AVX2 (those under kSideBySideMinBytes):
+  // 8 accumulators, 256 bytes of weights per step (as 4 do with AVX-512's vectors). On Zen 3,
+  // before long rows went side by side, medians over alternated rounds: llama-1b bf16's GEMV
+  // chain at 0.87-0.92 of a read of its weights timed in turn against 0.78-0.85 with 4,
+  // llama-110m's at 0.89-0.95 against 0.83-0.90; llama-110m bf16 decode at 0.82-0.87 of its
+  // floor against 0.70-0.78 (bench/RESULTS.md, "Zen 3, sixteenth session"). f32 rows gained
+  // nothing from 8 (0.88 against 0.89).
   constexpr int kUPairs = kM == 1 && HWY_TARGET == HWY_AVX2 ? 8 : kU;
   constexpr int kR = RowsAtOnce(kM);
+  // Rows side by side ask for lines per group (AskGroupAhead) on AVX2; f16 rows were not
+  // measured and keep the per-row distance.
+  constexpr bool kGroupAsk = kSideBySide && !std::is_same_v<TW, f16_t>;
   const int64_t row_bytes = K * static_cast<int64_t>(sizeof(TW));
-  const bool multi = kM > 1 && row_bytes >= kMultiRowMinBytes;
   const bool pairs = xl == XLayout::kF32PairSplit;
-  if constexpr (kM == 1 && kSideBySide && !std::is_same_v<TW, f16_t>) {
-    if (row_bytes >= kSideBySideMinBytes) {
-      if constexpr (std::is_same_v<TW, bf16_t>) {
-        if (pairs)
-          return InRowGroups<4>(cnt, [&](auto rows, int64_t j) HWY_ATTR {
-            DotRowBf16PairsN<rows(), 1, true>(x, ldx, w + j * ldw, ldw, K, sums + j);
-          });
-      } else {
-        return InRowGroups<4>(cnt, [&](auto rows, int64_t j) HWY_ATTR {
-          DotRowN<rows(), 1, true>(x, ldx, w + j * ldw, ldw, K, sums + j);
-        });
-      }
-    }
-  }
+  // Several weight rows at once: for several x rows over rows of kMultiRowMinBytes, and with
+  // kGroupAsk for one x row over f32 or pair-split bf16 rows of kSideBySideMinBytes.
+  const bool multi = kM > 1 ? row_bytes >= kMultiRowMinBytes
+                            : kGroupAsk && row_bytes >= kSideBySideMinBytes &&
+                                  (pairs || !std::is_same_v<TW, bf16_t>);
 #if TBOOST_HAS_BF16_DOT
   if constexpr (std::is_same_v<TW, bf16_t>) {
     if (xl == XLayout::kBf16) {  // x holds bf16 rows of K / 2 u32 pairs (ldx counts u32s)
@@ -377,11 +371,10 @@ HWY_NOINLINE void DotRows(const float* x, int64_t ldx, const TW* w, int64_t ldw,
   }
 #endif
   if (multi) {
-    constexpr bool kGroupAsk = kSideBySide && !std::is_same_v<TW, f16_t>;  // f16: not measured
     if constexpr (std::is_same_v<TW, bf16_t>) {
       if (pairs)
         return InRowGroups<RowsAtOnce(kM, 2, 2)>(cnt, [&](auto rows, int64_t j) HWY_ATTR {
-          DotRowBf16PairsN<rows(), kM, kSideBySide>(x, ldx, w + j * ldw, ldw, K, sums + j);
+          DotRowBf16PairsN<rows(), kM, kGroupAsk>(x, ldx, w + j * ldw, ldw, K, sums + j);
         });
     }
     return InRowGroups<kR>(cnt, [&](auto rows, int64_t j) HWY_ATTR {
