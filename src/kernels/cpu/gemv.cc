@@ -76,9 +76,11 @@ HWY_INLINE void DotRow(const float* x, int64_t ldx, const TW* w, int64_t K, floa
   }
 }
 
-// One x row (M = 1, the decode case) reads one weight row at a time, except on AVX2 f32 and
-// bf16 rows of at least kSideBySideMinBytes: 4 rows side by side (DotRowN, DotRowBf16PairsN),
-// each asking for lines kGroupAheadBytes ahead with AskGroupAhead. On Zen 3, medians over
+// One x row (M = 1, the decode case) reads one weight row at a time, except on AVX2, where a
+// matrix of 8 blocks or more takes GemvFarStreams, and f32 and bf16 rows of at least
+// kSideBySideMinBytes (smaller matrices, the far streams' last item) 4 rows side by side
+// (DotRowN, DotRowBf16PairsN), each asking for lines kGroupAheadBytes ahead with
+// AskGroupAhead. Before the far streams, on Zen 3, medians over
 // alternated rounds of a chain of the models' GEMVs, as fractions of a read of their weights
 // timed in turn (bench/RESULTS.md, "Zen 3, sixteenth session"):
 // - llama-1b f32 (rows of 8 and 22 KiB): 1.11 at 256 or 512 bytes ahead, 1.07 at 768, against
@@ -117,7 +119,8 @@ HWY_INLINE void AskGroupAhead(const TW* w, int64_t ldw, int64_t k, int64_t K) {
 // rows, and the kR·kM accumulators are independent FMA chains. With one row at a time and
 // several x rows, each weight vector fed kM FMAs behind kM x loads: at M = 4 the weight stream
 // ran at half the speed of M = 1 (bench/RESULTS.md, "batched decode").
-template <int kR, int kM, bool kGroupAhead = false, class TW>
+// kRowAhead: the distance of the per-row requests (without kGroupAhead).
+template <int kR, int kM, bool kGroupAhead = false, int64_t kRowAhead = kGemvAheadBytes, class TW>
 HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                         float* out) {
   const hn::ScalableTag<float> d;
@@ -134,7 +137,7 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
     if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      if constexpr (!kGroupAhead) StreamAheadAt(w + r * ldw, k, kGemvAheadBytes);
+      if constexpr (!kGroupAhead) StreamAheadAt(w + r * ldw, k, kRowAhead);
       wv[r] = LoadF(d, w + r * ldw + k);
     }
 #pragma GCC unroll 16
@@ -220,7 +223,7 @@ HWY_INLINE void DotRowBf16Pairs(const float* x, int64_t ldx, const bf16_t* w, in
 }
 
 // kR weight rows at once (see DotRowN) on the pair-split layout of DotRowBf16Pairs.
-template <int kR, int kM, bool kGroupAhead = false>
+template <int kR, int kM, bool kGroupAhead = false, int64_t kRowAhead = kGemvAheadBytes>
 HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, int64_t ldw,
                                  int64_t K, float* out) {
   const hn::ScalableTag<float> d;
@@ -236,7 +239,7 @@ HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, i
     if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      if constexpr (!kGroupAhead) StreamAheadAt(w + r * ldw, k, kGemvAheadBytes);
+      if constexpr (!kGroupAhead) StreamAheadAt(w + r * ldw, k, kRowAhead);
       WidenPairs(d, w + r * ldw + k, &we[r], &wo[r]);
     }
 #pragma GCC unroll 16
@@ -421,14 +424,82 @@ void Epilogue(const GemvArgs& a, const float* sums, int64_t m0, int64_t mcount, 
   }
 }
 
+constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 vectors)
+
+// One x row on AVX2 (8 blocks or more): each thread reads 4 streams at once, a quarter of the
+// matrix apart. Item i holds the blocks i, i + Q, i + 2Q and i + 3Q (Q items); its j-th rows,
+// one per block, are dotted side by side (DotRowN, or DotRowBf16PairsN on pair-split x), so
+// each stream is a run of whole consecutive rows read front to back, however short the rows.
+// Each row asks for its line kFarStreamAheadBytes ahead, which past the row's end is the next
+// row of the same stream. Threads take items as the blocks path takes blocks
+// (parallel_for_balanced), so a thread's range is 4 runs of Q / 2 blocks.
+// Why: rows one at a time are one stream per thread, and it left DRAM idle; 4 adjacent rows
+// side by side are 4 streams only while a row lasts (1.5 KiB rows: 0.70-0.75 of a read against
+// 0.84 one at a time). On Zen 3, alternated in one process against the paths before (adjacent
+// rows side by side from 3 KiB, else one at a time), as fractions of a read of the same
+// weights timed in turn (bench/RESULTS.md, "Zen 3, seventeenth session"):
+// - whole-model decode: llama-110m bf16 1.02 against 0.78, f32 0.96 against 0.84; llama-1b
+//   bf16 1.02 against 0.93, f32 1.06 against 1.01;
+// - GEMV chains of the models' shapes: llama-110m bf16 1.22 against 0.83, f32 1.14 against
+//   0.90, f16 0.99 against 0.83; llama-1b bf16 1.16 against 0.96, f32 1.03 against 1.04, f16
+//   1.06 against 0.80;
+// - 0.5, 1, 1.5 and 2 KiB ahead all gained over the old paths (llama-110m decode, 4-20%).
+// Not measured on AVX-512 (where 4 adjacent rows had been slower on Zen 5) nor for several x
+// rows: those keep the blocks path.
+constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2;
+constexpr int64_t kFarStreamAheadBytes = 1024;
+
+template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
+void GemvFarStreams(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
+                    int64_t min_blocks) {
+  const TW* w = static_cast<const TW*>(a.w);
+  const int64_t Q = (blocks + 3) / 4;
+  const int64_t apart = Q * kBlock * a.ldw;  // elements from a stream's row to the next stream's
+  auto rows = [&](int64_t b) { return std::min(kBlock, a.N - b * kBlock); };
+  auto body = [&](int64_t i0, int64_t i1) {
+    HWY_ALIGN float sums[4 * 16];
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t nb = std::min<int64_t>(4, (blocks - i + Q - 1) / Q);  // blocks of item i
+      if (nb == 4 && rows(i + 3 * Q) == kBlock) {
+        const TW* wi = w + i * kBlock * a.ldw;
+        for (int64_t j = 0; j < kBlock; ++j) {
+          HWY_ALIGN float t[16];
+          bool done = false;
+          if constexpr (std::is_same_v<TW, bf16_t>) {
+            if (xl == XLayout::kF32PairSplit) {
+              DotRowBf16PairsN<4, 1, false, kFarStreamAheadBytes>(xf, ldx, wi + j * a.ldw, apart,
+                                                                  a.K, t);
+              done = true;
+            }
+          }
+          if (!done)
+            DotRowN<4, 1, false, kFarStreamAheadBytes>(xf, ldx, wi + j * a.ldw, apart, a.K, t);
+          for (int s = 0; s < 4; ++s) sums[s * 16 + j] = t[s];
+        }
+      } else {  // the last item of a matrix whose last block is short or missing
+        for (int64_t s = 0; s < nb; ++s) {
+          const int64_t b = i + s * Q;
+          DotRows<1>(xf, ldx, w + b * kBlock * a.ldw, a.ldw, a.K, rows(b), sums + s * 16, xl);
+        }
+      }
+      for (int64_t s = 0; s < nb; ++s) {
+        const int64_t b = i + s * Q;
+        Epilogue<kAct, kHasAct, TY>(a, sums + s * 16, 0, 1, b * kBlock, rows(b));
+      }
+    }
+  };
+  parallel_for_balanced(a.threads, Q, (min_blocks + 3) / 4, a.ftz, body);
+}
+
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
 void GemvTyped(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
-  constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 vectors)
   const int64_t blocks = (a.N + kBlock - 1) / kBlock;
   const TW* w = static_cast<const TW*>(a.w);
   // ~32 KiB of weights per thread at least: below that a fork/join costs more than the work.
   const int64_t min_blocks =
       std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, kBlock * a.K * sizeof(TW)));
+  if (kFarStreams && a.M == 1 && blocks >= 8)
+    return GemvFarStreams<TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
   auto body = [&](int64_t b0, int64_t b1) {
     HWY_ALIGN float sums[4 * 16];
     for (int64_t b = b0; b < b1; ++b) {
