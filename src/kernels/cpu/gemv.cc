@@ -92,7 +92,8 @@ HWY_INLINE void DotRow(const float* x, int64_t ldx, const TW* w, int64_t K, floa
 //   a time.
 // Not measured on AVX-512, where a 4-row M = 1 loop over llama-110m's bf16 rows with per-row
 // distances had run at 0.61-0.68 of the read against 0.90-0.95 one row at a time.
-// On AVX2 the batched path (2+ x rows, rows of kMultiRowMinBytes or more) asks the same way:
+// On AVX2 the batched path (2+ x rows, rows of kMultiRowMinBytes or more; since the far
+// streams, 5-8 x rows and matrices under 8 blocks) asks the same way:
 // llama-1b's chain at M = 2 f32 1.03 against 0.89 with per-row distances, bf16 0.80 against
 // 0.68; M = 4 f32 0.94 against 0.80, bf16 0.79 against 0.64; M = 8 bf16 (bound by its FMAs)
 // 0.39 against 0.37.
@@ -426,69 +427,86 @@ void Epilogue(const GemvArgs& a, const float* sums, int64_t m0, int64_t mcount, 
 
 constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 vectors)
 
-// One x row on AVX2 (8 blocks or more): each thread reads 4 streams at once, a quarter of the
-// matrix apart. Item i holds the blocks i, i + Q, i + 2Q and i + 3Q (Q items); its j-th rows,
-// one per block, are dotted side by side (DotRowN, or DotRowBf16PairsN on pair-split x), so
-// each stream is a run of whole consecutive rows read front to back, however short the rows.
-// Each row asks for its line kFarStreamAheadBytes ahead, which past the row's end is the next
-// row of the same stream. Threads take items as the blocks path takes blocks
-// (parallel_for_balanced), so a thread's range is 4 runs of Q / 2 blocks.
-// Why: rows one at a time are one stream per thread, and it left DRAM idle; 4 adjacent rows
-// side by side are 4 streams only while a row lasts (1.5 KiB rows: 0.70-0.75 of a read against
-// 0.84 one at a time). On Zen 3, alternated in one process against the paths before (adjacent
-// rows side by side from 3 KiB, else one at a time), as fractions of a read of the same
-// weights timed in turn (bench/RESULTS.md, "Zen 3, seventeenth session"):
+// 1-4 x rows on AVX2 (8 blocks or more): each thread reads kS streams at once (4 for one x
+// row), the matrix's kS parts apart. Item i holds the blocks i, i + Q, ..., i + (kS - 1)·Q
+// (Q items); its j-th rows, one per block, are dotted side by side (DotRowN, or
+// DotRowBf16PairsN on pair-split x), so each stream is a run of whole consecutive rows read
+// front to back, however short the rows. Each row asks for its line kFarStreamAheadBytes
+// ahead, which past the row's end is the next row of the same stream. Threads take items as
+// the blocks path takes blocks (parallel_for_balanced), so a thread's range is kS runs of
+// Q / 2 blocks.
+// Why: rows one at a time are one stream per thread, and it left DRAM idle; adjacent rows side
+// by side are several streams only while a row lasts (1.5 KiB rows: 0.70-0.75 of a read
+// against 0.84 one at a time). On Zen 3, alternated in one process against the paths before
+// (adjacent rows side by side from 3 KiB for one x row, from 4 KiB for several, else one at a
+// time), as fractions of a read of the same weights timed in turn (bench/RESULTS.md, "Zen 3,
+// seventeenth session"):
 // - whole-model decode: llama-110m bf16 1.02 against 0.78, f32 0.96 against 0.84; llama-1b
 //   bf16 1.02 against 0.93, f32 1.06 against 1.01;
-// - GEMV chains of the models' shapes: llama-110m bf16 1.22 against 0.83, f32 1.14 against
-//   0.90, f16 0.99 against 0.83; llama-1b bf16 1.16 against 0.96, f32 1.03 against 1.04, f16
-//   1.06 against 0.80;
+// - GEMV chains of the models' shapes, one x row: llama-110m bf16 1.22 against 0.83, f32 1.14
+//   against 0.90, f16 0.99 against 0.83; llama-1b bf16 1.16 against 0.96, f32 1.03 against
+//   1.04, f16 1.06 against 0.80;
+// - 2 x rows: llama-110m bf16 0.89 against 0.71, f32 1.02 against 0.86; llama-1b bf16 0.90
+//   against 0.74, f32 1.09 against 1.07; 3: llama-1b bf16 0.89 against 0.72, f32 1.02 against
+//   0.92; 4: llama-110m bf16 0.74 against 0.69, f32 0.90 against 0.74; llama-1b bf16 0.79
+//   against 0.64, f32 0.95 against 0.95;
 // - 0.5, 1, 1.5 and 2 KiB ahead all gained over the old paths (llama-110m decode, 4-20%).
-// Not measured on AVX-512 (where 4 adjacent rows had been slower on Zen 5) nor for several x
-// rows: those keep the blocks path.
+// Not measured on AVX-512 (where 4 adjacent rows had been slower on Zen 5) nor for 5-8 x rows:
+// those keep the blocks path.
 constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2;
 constexpr int64_t kFarStreamAheadBytes = 1024;
 
-template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
+template <int kM, int kS, bool kPairs, class TW, class TY, ops::ActivationType kAct, bool kHasAct>
 void GemvFarStreams(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
                     int64_t min_blocks) {
   const TW* w = static_cast<const TW*>(a.w);
-  const int64_t Q = (blocks + 3) / 4;
+  const int64_t Q = (blocks + kS - 1) / kS;
   const int64_t apart = Q * kBlock * a.ldw;  // elements from a stream's row to the next stream's
   auto rows = [&](int64_t b) { return std::min(kBlock, a.N - b * kBlock); };
   auto body = [&](int64_t i0, int64_t i1) {
-    HWY_ALIGN float sums[4 * 16];
+    // Block s of the item: x row m's sums at sums[s·64 + m·16 + j] (Epilogue's layout).
+    HWY_ALIGN float sums[kS * 64];
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t nb = std::min<int64_t>(4, (blocks - i + Q - 1) / Q);  // blocks of item i
-      if (nb == 4 && rows(i + 3 * Q) == kBlock) {
+      const int64_t nb = std::min<int64_t>(kS, (blocks - i + Q - 1) / Q);  // blocks of item i
+      if (nb == kS && rows(i + (kS - 1) * Q) == kBlock) {
         const TW* wi = w + i * kBlock * a.ldw;
         for (int64_t j = 0; j < kBlock; ++j) {
-          HWY_ALIGN float t[16];
-          bool done = false;
-          if constexpr (std::is_same_v<TW, bf16_t>) {
-            if (xl == XLayout::kF32PairSplit) {
-              DotRowBf16PairsN<4, 1, false, kFarStreamAheadBytes>(xf, ldx, wi + j * a.ldw, apart,
+          HWY_ALIGN float t[64];  // t[m·16 + s]
+          if constexpr (kPairs)
+            DotRowBf16PairsN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * a.ldw, apart,
                                                                   a.K, t);
-              done = true;
-            }
-          }
-          if (!done)
-            DotRowN<4, 1, false, kFarStreamAheadBytes>(xf, ldx, wi + j * a.ldw, apart, a.K, t);
-          for (int s = 0; s < 4; ++s) sums[s * 16 + j] = t[s];
+          else
+            DotRowN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * a.ldw, apart, a.K, t);
+          for (int s = 0; s < kS; ++s)
+            for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
         }
       } else {  // the last item of a matrix whose last block is short or missing
         for (int64_t s = 0; s < nb; ++s) {
           const int64_t b = i + s * Q;
-          DotRows<1>(xf, ldx, w + b * kBlock * a.ldw, a.ldw, a.K, rows(b), sums + s * 16, xl);
+          DotRows<kM>(xf, ldx, w + b * kBlock * a.ldw, a.ldw, a.K, rows(b), sums + s * 64, xl);
         }
       }
       for (int64_t s = 0; s < nb; ++s) {
         const int64_t b = i + s * Q;
-        Epilogue<kAct, kHasAct, TY>(a, sums + s * 16, 0, 1, b * kBlock, rows(b));
+        Epilogue<kAct, kHasAct, TY>(a, sums + s * 64, 0, kM, b * kBlock, rows(b));
       }
     }
   };
-  parallel_for_balanced(a.threads, Q, (min_blocks + 3) / 4, a.ftz, body);
+  parallel_for_balanced(a.threads, Q, (min_blocks + kS - 1) / kS, a.ftz, body);
+}
+
+// GemvFarStreams for kM x rows: as many streams as DotRowN / DotRowBf16PairsN keep in
+// registers for kM rows (RowsAtOnce).
+template <int kM, class TW, class TY, ops::ActivationType kAct, bool kHasAct>
+void GemvFarStreamsFor(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
+                       int64_t min_blocks) {
+  if constexpr (std::is_same_v<TW, bf16_t>) {
+    if (xl == XLayout::kF32PairSplit)
+      return GemvFarStreams<kM, RowsAtOnce(kM, 2, 2), true, TW, TY, kAct, kHasAct>(
+          a, xf, xl, ldx, blocks, min_blocks);
+  }
+  GemvFarStreams<kM, RowsAtOnce(kM), false, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks,
+                                                                   min_blocks);
 }
 
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
@@ -498,8 +516,20 @@ void GemvTyped(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
   // ~32 KiB of weights per thread at least: below that a fork/join costs more than the work.
   const int64_t min_blocks =
       std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, kBlock * a.K * sizeof(TW)));
-  if (kFarStreams && a.M == 1 && blocks >= 8)
-    return GemvFarStreams<TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
+  if (kFarStreams && blocks >= 8 && a.M <= 4) {
+    switch (a.M) {
+      case 1:
+        return GemvFarStreamsFor<1, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
+      case 2:
+        return GemvFarStreamsFor<2, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
+      case 3:
+        return GemvFarStreamsFor<3, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
+      case 4:
+        return GemvFarStreamsFor<4, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
+      default:
+        break;
+    }
+  }
   auto body = [&](int64_t b0, int64_t b1) {
     HWY_ALIGN float sums[4 * 16];
     for (int64_t b = b0; b < b1; ++b) {
