@@ -456,57 +456,90 @@ constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 ve
 constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2;
 constexpr int64_t kFarStreamAheadBytes = 1024;
 
-template <int kM, int kS, bool kPairs, class TW, class TY, ops::ActivationType kAct, bool kHasAct>
+// The sums of one whole item of kS blocks (kM x rows): block s's x row m at sums[s·64 + m·16 +
+// j] (Epilogue's layout). Not inlined, and templated on neither the output type nor the
+// epilogue (see DotRows): inlined into every GemvTyped instantiation, the far streams took
+// gemv.cc's compile from 27 s to 161; 32 s like this.
+template <int kM, int kS, bool kPairs, class TW>
+HWY_NOINLINE void FarItemDots(const float* xf, int64_t ldx, const TW* wi, int64_t ldw,
+                              int64_t apart, int64_t K, float* sums) {
+  for (int64_t j = 0; j < kBlock; ++j) {
+    HWY_ALIGN float t[64];  // t[m·16 + s]
+    if constexpr (kPairs)
+      DotRowBf16PairsN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * ldw, apart, K, t);
+    else
+      DotRowN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * ldw, apart, K, t);
+    for (int s = 0; s < kS; ++s)
+      for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
+  }
+}
+
+// The item kernel for kM x rows and its stream count: as many streams as DotRowN /
+// DotRowBf16PairsN keep in registers for kM rows (RowsAtOnce).
+template <class TW>
+struct FarPlan {
+  void (*dots)(const float*, int64_t, const TW*, int64_t, int64_t, int64_t, float*);
+  int64_t streams;
+};
+template <int kM, class TW>
+FarPlan<TW> FarPlanOf(bool pairs) {
+  if constexpr (std::is_same_v<TW, bf16_t>) {
+    constexpr int kS = RowsAtOnce(kM, 2, 2);
+    if (pairs) return {&FarItemDots<kM, kS, true, TW>, kS};
+  }
+  constexpr int kS = RowsAtOnce(kM);
+  return {&FarItemDots<kM, kS, false, TW>, kS};
+}
+
+// DotRows for 1-4 x rows given at run time.
+template <class TW>
+void DotRowsUpTo4(int64_t M, const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
+                  int64_t cnt, float* sums, XLayout xl) {
+  switch (M) {
+    case 1:
+      return DotRows<1>(x, ldx, w, ldw, K, cnt, sums, xl);
+    case 2:
+      return DotRows<2>(x, ldx, w, ldw, K, cnt, sums, xl);
+    case 3:
+      return DotRows<3>(x, ldx, w, ldw, K, cnt, sums, xl);
+    default:
+      return DotRows<4>(x, ldx, w, ldw, K, cnt, sums, xl);
+  }
+}
+
+template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
 void GemvFarStreams(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
                     int64_t min_blocks) {
+  const bool pairs = xl == XLayout::kF32PairSplit;
+  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(pairs)
+                           : a.M == 2 ? FarPlanOf<2, TW>(pairs)
+                           : a.M == 3 ? FarPlanOf<3, TW>(pairs)
+                                      : FarPlanOf<4, TW>(pairs);
+  const int64_t kS = plan.streams;
   const TW* w = static_cast<const TW*>(a.w);
   const int64_t Q = (blocks + kS - 1) / kS;
   const int64_t apart = Q * kBlock * a.ldw;  // elements from a stream's row to the next stream's
   auto rows = [&](int64_t b) { return std::min(kBlock, a.N - b * kBlock); };
   auto body = [&](int64_t i0, int64_t i1) {
-    // Block s of the item: x row m's sums at sums[s·64 + m·16 + j] (Epilogue's layout).
-    HWY_ALIGN float sums[kS * 64];
+    HWY_ALIGN float sums[4 * 64];
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t nb = std::min<int64_t>(kS, (blocks - i + Q - 1) / Q);  // blocks of item i
       if (nb == kS && rows(i + (kS - 1) * Q) == kBlock) {
-        const TW* wi = w + i * kBlock * a.ldw;
-        for (int64_t j = 0; j < kBlock; ++j) {
-          HWY_ALIGN float t[64];  // t[m·16 + s]
-          if constexpr (kPairs)
-            DotRowBf16PairsN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * a.ldw, apart,
-                                                                  a.K, t);
-          else
-            DotRowN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * a.ldw, apart, a.K, t);
-          for (int s = 0; s < kS; ++s)
-            for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
-        }
+        plan.dots(xf, ldx, w + i * kBlock * a.ldw, a.ldw, apart, a.K, sums);
       } else {  // the last item of a matrix whose last block is short or missing
         for (int64_t s = 0; s < nb; ++s) {
           const int64_t b = i + s * Q;
-          DotRows<kM>(xf, ldx, w + b * kBlock * a.ldw, a.ldw, a.K, rows(b), sums + s * 64, xl);
+          DotRowsUpTo4(a.M, xf, ldx, w + b * kBlock * a.ldw, a.ldw, a.K, rows(b), sums + s * 64,
+                       xl);
         }
       }
       for (int64_t s = 0; s < nb; ++s) {
         const int64_t b = i + s * Q;
-        Epilogue<kAct, kHasAct, TY>(a, sums + s * 64, 0, kM, b * kBlock, rows(b));
+        Epilogue<kAct, kHasAct, TY>(a, sums + s * 64, 0, a.M, b * kBlock, rows(b));
       }
     }
   };
   parallel_for_balanced(a.threads, Q, (min_blocks + kS - 1) / kS, a.ftz, body);
-}
-
-// GemvFarStreams for kM x rows: as many streams as DotRowN / DotRowBf16PairsN keep in
-// registers for kM rows (RowsAtOnce).
-template <int kM, class TW, class TY, ops::ActivationType kAct, bool kHasAct>
-void GemvFarStreamsFor(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
-                       int64_t min_blocks) {
-  if constexpr (std::is_same_v<TW, bf16_t>) {
-    if (xl == XLayout::kF32PairSplit)
-      return GemvFarStreams<kM, RowsAtOnce(kM, 2, 2), true, TW, TY, kAct, kHasAct>(
-          a, xf, xl, ldx, blocks, min_blocks);
-  }
-  GemvFarStreams<kM, RowsAtOnce(kM), false, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks,
-                                                                   min_blocks);
 }
 
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
@@ -516,19 +549,9 @@ void GemvTyped(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
   // ~32 KiB of weights per thread at least: below that a fork/join costs more than the work.
   const int64_t min_blocks =
       std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, kBlock * a.K * sizeof(TW)));
-  if (kFarStreams && blocks >= 8 && a.M <= 4) {
-    switch (a.M) {
-      case 1:
-        return GemvFarStreamsFor<1, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
-      case 2:
-        return GemvFarStreamsFor<2, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
-      case 3:
-        return GemvFarStreamsFor<3, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
-      case 4:
-        return GemvFarStreamsFor<4, TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
-      default:
-        break;
-    }
+  if constexpr (kFarStreams) {  // not instantiated for the other targets
+    if (blocks >= 8 && a.M <= 4)
+      return GemvFarStreams<TW, TY, kAct, kHasAct>(a, xf, xl, ldx, blocks, min_blocks);
   }
   auto body = [&](int64_t b0, int64_t b1) {
     HWY_ALIGN float sums[4 * 16];
