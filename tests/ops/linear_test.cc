@@ -143,8 +143,9 @@ std::vector<CaseSpec> linear_cases() {
     add({.dtype = dt, .x = {1, 784}, .N = 50, .bias = true, .bias_dtype = dt, .tight = true});
     add({.dtype = dt, .x = {1, 700}, .N = 33, .res = true, .tight = true});
     add({.dtype = dt, .x = {3, 2080}, .N = 37, .res = true, .threads = 2, .tight = true});
-    // M = 1 with 8 blocks of 16 rows or more: on AVX2 (f32, bf16 pairs) 4 streams a quarter of
-    // the matrix apart, items of blocks i, i + Q, i + 2Q, i + 3Q. N = 128: 2 items, all whole.
+    // M = 1 with 8 blocks of 16 rows or more: on AVX2 and AVX-512 (f32, bf16 pairs, bf16 x
+    // and weights dotted with vdpbf16ps at K a multiple of 32) 4 streams a quarter of the
+    // matrix apart, items of blocks i, i + Q, i + 2Q, i + 3Q. N = 128: 2 items, all whole.
     // N = 247: 16 blocks, the last short, whose item takes the blocks path; K with a tail, padded
     // rows. N = 208: 13 blocks, one whole item and three of 3 blocks; bf16 pairs at a K that is
     // not a multiple of 128. N = 149: every item short, with an activation.
@@ -163,6 +164,10 @@ std::vector<CaseSpec> linear_cases() {
     add({.dtype = dt, .x = {2, 768}, .N = 149, .bias = true, .bias_dtype = dt,
          .act = Activation::kGeluTanh, .threads = 1});
     add({.dtype = dt, .x = {6, 768}, .N = 150, .res = true, .threads = 2, .tight = true});
+    // Whole items for 2 and 3 x rows at K a multiple of 32 (bf16 x: vdpbf16ps where the CPU
+    // has it, else bf16 pairs).
+    add({.dtype = dt, .x = {2, 1024}, .N = 128, .threads = 2, .tight = true});
+    add({.dtype = dt, .x = {3, 768}, .N = 256, .bias = true, .tight = true});
     // Batched decode, rows of >= 4 KiB: several weight rows per pass (N not a multiple of
     // them), K with a tail (2090) and without (2080: bf16's pair-dot path).
     add({.dtype = dt, .x = {3, 2080}, .N = 37, .bias = true, .act = Activation::kSilu,

@@ -76,8 +76,8 @@ HWY_INLINE void DotRow(const float* x, int64_t ldx, const TW* w, int64_t K, floa
   }
 }
 
-// One x row (M = 1, the decode case) reads one weight row at a time, except on AVX2, where a
-// matrix of 8 blocks or more takes GemvFarStreams, and f32 and bf16 rows of at least
+// One x row (M = 1, the decode case) reads one weight row at a time, except that a matrix of
+// 8 blocks or more takes GemvFarStreams (AVX2, AVX-512), and on AVX2 f32 and bf16 rows of at least
 // kSideBySideMinBytes (smaller matrices, the far streams' last item) 4 rows side by side
 // (DotRowN, DotRowBf16PairsN), each asking for lines kGroupAheadBytes ahead with
 // AskGroupAhead. Before the far streams, on Zen 3, medians over
@@ -427,20 +427,19 @@ void Epilogue(const GemvArgs& a, const float* sums, int64_t m0, int64_t mcount, 
 
 constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 vectors)
 
-// 1-4 x rows on AVX2 (8 blocks or more): each thread reads kS streams at once (4 for one x
-// row), the matrix's kS parts apart. Item i holds the blocks i, i + Q, ..., i + (kS - 1)·Q
-// (Q items); its j-th rows, one per block, are dotted side by side (DotRowN, or
-// DotRowBf16PairsN on pair-split x), so each stream is a run of whole consecutive rows read
-// front to back, however short the rows. Each row asks for its line kFarStreamAheadBytes
-// ahead, which past the row's end is the next row of the same stream. Threads take items as
-// the blocks path takes blocks (parallel_for_balanced), so a thread's range is kS runs of
-// Q / 2 blocks.
-// Why: rows one at a time are one stream per thread, and it left DRAM idle; adjacent rows side
-// by side are several streams only while a row lasts (1.5 KiB rows: 0.70-0.75 of a read
-// against 0.84 one at a time). On Zen 3, alternated in one process against the paths before
-// (adjacent rows side by side from 3 KiB for one x row, from 4 KiB for several, else one at a
-// time), as fractions of a read of the same weights timed in turn (bench/RESULTS.md, "Zen 3,
-// seventeenth session"):
+// 1-4 x rows on AVX2 and AVX-512 (8 blocks or more): each thread reads kS streams at once (4
+// for one x row; 4 for up to 4 rows on AVX-512's 32 registers), the matrix's kS parts apart. Item i
+// holds the blocks i, i + Q, ..., i + (kS - 1)·Q (Q items); its j-th rows, one per block, are
+// dotted side by side (DotRowN, DotRowBf16PairsN on pair-split x, DotRowsBf16DpN on bf16 x with
+// vdpbf16ps), so each stream is a run of whole consecutive rows read front to back, however short
+// the rows. Each row asks for its line kFarStreamAheadBytes ahead, which past the row's end is the
+// next row of the same stream. Threads take items as the blocks path takes blocks
+// (parallel_for_balanced), so a thread's range is kS runs of Q / 2 blocks. Why: rows one at a time
+// are one stream per thread, and it left DRAM idle; adjacent rows side by side are several streams
+// only while a row lasts (1.5 KiB rows: 0.70-0.75 of a read against 0.84 one at a time). On Zen 3,
+// alternated in one process against the paths before (adjacent rows side by side from 3 KiB for one
+// x row, from 4 KiB for several, else one at a time), as fractions of a read of the same weights
+// timed in turn (bench/RESULTS.md, "Zen 3, seventeenth session"):
 // - whole-model decode: llama-110m bf16 1.02 against 0.78, f32 0.96 against 0.84; llama-1b
 //   bf16 1.02 against 0.93, f32 1.06 against 1.01;
 // - GEMV chains of the models' shapes, one x row: llama-110m bf16 1.22 against 0.83, f32 1.14
@@ -451,21 +450,29 @@ constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 ve
 //   0.92; 4: llama-110m bf16 0.74 against 0.69, f32 0.90 against 0.74; llama-1b bf16 0.79
 //   against 0.64, f32 0.95 against 0.95;
 // - 0.5, 1, 1.5 and 2 KiB ahead all gained over the old paths (llama-110m decode, 4-20%).
-// Not measured on AVX-512 (where 4 adjacent rows had been slower on Zen 5) nor for 5-8 x rows:
-// those keep the blocks path.
-constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2;
+// On AVX-512 (an Intel Xeon with AMX, 2 cores), against the blocks path, new and old binaries
+// alternated (bench/RESULTS.md, "Intel AMX, eighteenth session"):
+// - whole-model decode, fractions of the floor: llama-110m f32 0.98-1.05 against 0.84-0.89,
+//   bf16 0.95-1.00 against 0.83-0.94; llama-1b f32 1.01-1.10 against 0.76-0.80, bf16
+//   1.02-1.07 against 0.94-0.99;
+// - bench-ops GEMVs (fractions of a read timed in turn): 2048x5632 f32 1.08-1.10 against
+//   0.77-0.78, bf16 1.06-1.08 against 0.96-0.98; 4 x rows f32 1.11-1.13 against 0.94-0.95,
+//   bf16 1.06-1.07 against 0.85-0.86.
+// Not measured on AMD's AVX-512 (Zen 4 / Zen 5, where 4 adjacent rows, not far apart, had been
+// slower) nor for 5-8 x rows: those keep the blocks path.
+constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3;
 constexpr int64_t kFarStreamAheadBytes = 1024;
 
 // The sums of one whole item of kS blocks (kM x rows): block s's x row m at sums[s·64 + m·16 +
 // j] (Epilogue's layout). Not inlined, and templated on neither the output type nor the
 // epilogue (see DotRows): inlined into every GemvTyped instantiation, the far streams took
 // gemv.cc's compile from 27 s to 161; 32 s like this.
-template <int kM, int kS, bool kPairs, class TW>
+template <int kM, int kS, XLayout kXL, class TW>
 HWY_NOINLINE void FarItemDots(const float* xf, int64_t ldx, const TW* wi, int64_t ldw,
                               int64_t apart, int64_t K, float* sums) {
   for (int64_t j = 0; j < kBlock; ++j) {
     HWY_ALIGN float t[64];  // t[m·16 + s]
-    if constexpr (kPairs)
+    if constexpr (kXL == XLayout::kF32PairSplit)
       DotRowBf16PairsN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * ldw, apart, K, t);
     else
       DotRowN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * ldw, apart, K, t);
@@ -473,6 +480,21 @@ HWY_NOINLINE void FarItemDots(const float* xf, int64_t ldx, const TW* wi, int64_
       for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
   }
 }
+
+#if TBOOST_HAS_BF16_DOT
+// FarItemDots for bf16 x rows dotted with vdpbf16ps (XLayout::kBf16; ldx counts u32 pairs).
+template <int kM, int kS>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void FarItemDotsBf16Dp(const float* xf, int64_t ldx,
+                                                         const bf16_t* wi, int64_t ldw,
+                                                         int64_t apart, int64_t K, float* sums) {
+  for (int64_t j = 0; j < kBlock; ++j) {
+    HWY_ALIGN float t[64];  // t[m·16 + s]
+    DotRowsBf16DpN<kS, kM>(reinterpret_cast<const uint32_t*>(xf), ldx, wi + j * ldw, apart, K, t);
+    for (int s = 0; s < kS; ++s)
+      for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
+  }
+}
+#endif
 
 // The item kernel for kM x rows and its stream count: as many streams as DotRowN /
 // DotRowBf16PairsN keep in registers for kM rows (RowsAtOnce).
@@ -482,13 +504,17 @@ struct FarPlan {
   int64_t streams;
 };
 template <int kM, class TW>
-FarPlan<TW> FarPlanOf(bool pairs) {
+FarPlan<TW> FarPlanOf(XLayout xl) {
   if constexpr (std::is_same_v<TW, bf16_t>) {
     constexpr int kS = RowsAtOnce(kM, 2, 2);
-    if (pairs) return {&FarItemDots<kM, kS, true, TW>, kS};
+    if (xl == XLayout::kF32PairSplit) return {&FarItemDots<kM, kS, XLayout::kF32PairSplit, TW>, kS};
+#if TBOOST_HAS_BF16_DOT
+    constexpr int kSd = RowsAtOnce(kM);
+    if (xl == XLayout::kBf16) return {&FarItemDotsBf16Dp<kM, kSd>, kSd};
+#endif
   }
   constexpr int kS = RowsAtOnce(kM);
-  return {&FarItemDots<kM, kS, false, TW>, kS};
+  return {&FarItemDots<kM, kS, XLayout::kF32, TW>, kS};
 }
 
 // DotRows for 1-4 x rows given at run time.
@@ -510,11 +536,10 @@ void DotRowsUpTo4(int64_t M, const float* x, int64_t ldx, const TW* w, int64_t l
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
 void GemvFarStreams(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
                     int64_t min_blocks) {
-  const bool pairs = xl == XLayout::kF32PairSplit;
-  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(pairs)
-                           : a.M == 2 ? FarPlanOf<2, TW>(pairs)
-                           : a.M == 3 ? FarPlanOf<3, TW>(pairs)
-                                      : FarPlanOf<4, TW>(pairs);
+  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(xl)
+                           : a.M == 2 ? FarPlanOf<2, TW>(xl)
+                           : a.M == 3 ? FarPlanOf<3, TW>(xl)
+                                      : FarPlanOf<4, TW>(xl);
   const int64_t kS = plan.streams;
   const TW* w = static_cast<const TW*>(a.w);
   const int64_t Q = (blocks + kS - 1) / kS;
