@@ -60,8 +60,9 @@ inline void fill_random(float* p, int64_t n, uint32_t* state, float lo = 0.0f, f
 // memory traffic ("copy" baseline).
 void stream_kernel(float* const* outs, int writes, const float* const* ins, int reads, int64_t n,
                    int threads);
-// Reads `bytes` at `in` on `threads` threads, each a contiguous part (a tail shorter than four
-// vectors is skipped): the read stream behind Limits::read_gbps, also used to read the
+// Reads `bytes` at `in` on `threads` threads, each a contiguous part read as two streams that
+// ask for their lines ahead (a tail shorter than four vectors is skipped; limits.cc says why):
+// the read stream behind Limits::read_gbps, also used to read the
 // very buffers an op reads, as a floor timed in turn with it.
 void read_kernel(const void* in, int64_t bytes, int threads);
 // read_kernel over each tensor in turn: the floor of a weight-streaming benchmark (a GEMV chain,

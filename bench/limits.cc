@@ -102,6 +102,38 @@ void ReadSum(const float* in, int64_t b, int64_t e, float* sink) {
   *sink += hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
 }
 
+// The floor's read: [b, e) as two halves read side by side (two streams from one thread), each
+// asking for its line 512 bytes ahead; the halves are whole multiples of 2 vectors, the rest
+// read by ReadSum. On an Intel Xeon with AMX (2 cores, 256 MiB, best of ~20) plain ReadSum
+// read at 30.1-30.6 GB/s, one stream asking 1 KiB ahead at 36.0-36.4, two streams 512 bytes
+// ahead at 38.7-41.4, four at 38.5-38.6, two or four 2 KiB ahead at 35.1-38.2, 4 KiB ahead at
+// 31.8-34.1, eight streams at 31.5-32.4 (bench/RESULTS.md, "Intel AMX, eighteenth session").
+// Our GEMVs had run at up to 1.14x of the plain read: a floor a kernel can beat is no floor.
+void ReadSumStreams(const float* in, int64_t b, int64_t e, float* sink) {
+  constexpr int kS = 2;
+  constexpr int64_t kAhead = 512;
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t part = (e - b) / kS / (2 * L) * (2 * L);
+  using V = hn::Vec<decltype(d)>;
+  V acc[kS][2];
+  for (int s = 0; s < kS; ++s) acc[s][0] = acc[s][1] = hn::Zero(d);
+  for (int64_t i = 0; i < part; i += 2 * L) {
+    for (int s = 0; s < kS; ++s) {
+      const float* p = in + b + s * part + i;
+      if (((i * 4) & 63) == 0) __builtin_prefetch(reinterpret_cast<const char*>(p) + kAhead, 0, 3);
+      if (((i * 4 + L * 4) & 63) == 0)
+        __builtin_prefetch(reinterpret_cast<const char*>(p + L) + kAhead, 0, 3);
+      acc[s][0] = hn::Add(acc[s][0], hn::LoadU(d, p));
+      acc[s][1] = hn::Add(acc[s][1], hn::LoadU(d, p + L));
+    }
+  }
+  V t = hn::Zero(d);
+  for (int s = 0; s < kS; ++s) t = hn::Add(t, hn::Add(acc[s][0], acc[s][1]));
+  *sink += hn::GetLane(hn::SumOfLanes(d, t));
+  ReadSum(in, b + kS * part, e, sink);
+}
+
 }  // namespace tboost::bench::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -119,7 +151,8 @@ namespace tboost::bench {
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(Bf16DotLoop);
 HWY_EXPORT(Stream);
-HWY_EXPORT(ReadSum);
+
+HWY_EXPORT(ReadSumStreams);
 HWY_EXPORT(CopyNonTemporal);
 
 void stream_kernel(float* const* outs, int writes, const float* const* ins, int reads, int64_t n,
@@ -141,7 +174,7 @@ void read_kernel(const void* in, int64_t bytes, int threads) {
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     float sum = 0.0f;
-    HWY_DYNAMIC_DISPATCH(ReadSum)
+    HWY_DYNAMIC_DISPATCH(ReadSumStreams)
     (f, n * t / nt / 64 * 64, t + 1 == nt ? n : n * (t + 1) / nt / 64 * 64, &sum);
     volatile float keep = sum;  // the loads feed a store the compiler must do
     (void)keep;
