@@ -95,8 +95,11 @@ struct UnfusedAttention {
   double working_bytes() const { return static_cast<double>(s.nbytes()); }
 };
 
+// bf16_dot: whether the bf16 kernel dots pairs with vdpbf16ps (its floor is then that
+// instruction's peak, else the FMA peak).
 Result attention_row(Runner& R, const std::string& name, DType dt, const Timing& t, double flops,
-                     double bytes, double work) {
+                     double bytes, double work,
+                     bool bf16_dot = kernels::attention_prefill_bf16_dot()) {
   Result r;
   r.name = name;
   r.dtype = dtype_name(dt);
@@ -105,7 +108,7 @@ Result attention_row(Runner& R, const std::string& name, DType dt, const Timing&
   r.flops = flops;
   r.bytes = bytes;
   r.gflops = flops / t.median / 1e9;
-  const double peak = dt == DType::kBF16 ? R.lim.bf16_gflops : R.lim.fma_gflops;
+  const double peak = dt == DType::kBF16 && bf16_dot ? R.lim.bf16_gflops : R.lim.fma_gflops;
   r.floor_fraction = std::max(flops / (peak * 1e9), bytes / (R.lim.copy_gbps * 1e9)) / t.median;
   r.working_bytes = work;
   return r;
@@ -163,8 +166,10 @@ void prefill_cases(Runner& R) {
       const double budget = T >= 8192 ? 0.1 : 2.0 * R.budget();
       const int runs = T >= 8192 ? 2 : 20;
       const char* bf16_path =
-          cpu_features().avx512_bf16 && sh.D % 2 == 0
+          kernels::attention_prefill_bf16_dot() && sh.D % 2 == 0
               ? "bf16 pair products (vdpbf16ps), f32 accumulation"
+          : cpu_features().avx512_bf16
+              ? "bf16 widened to f32 FMAs (vdpbf16ps runs at half their rate on this CPU)"
               : "no bf16 dot instruction on this CPU: bf16 storage, f32 compute";
       auto vs_unfused = [&](const std::string& name, DType dt, Call& call, double bytes) {
         const auto [f, u] = time_pair([&] { call(R.ctx); }, unfused, budget, runs);
@@ -395,7 +400,8 @@ void backward_cases(Runner& R) {
                          static_cast<double>(sh.B);
     const double bytes = 2.0 * static_cast<double>(M) * (2.0 * QW + 2.0 * sh.H * sh.D);
     Result r = attention_row(R, name, DType::kBF16, tb, flops, bytes,
-                             static_cast<double>(kernels::attention_backward_workspace(b16.b)));
+                             static_cast<double>(kernels::attention_backward_workspace(b16.b)),
+                             cpu_features().avx512_bf16);
     r.baseline = "f32";
     r.speedup_vs_baseline = tf.median / tb.median;
     r.bytes_ratio_vs_baseline = 0.5;

@@ -3,7 +3,8 @@
 each peer, and the ratios tboost / peer computed per round, i.e. between runs made back to
 back) and a PNG bar chart of pp512 and tg128 tokens/s.
 
-Usage: plot_model_peers.py RUNS.jsonl OUT.png   (prints the markdown table on stdout)
+Usage: plot_model_peers.py RUNS.jsonl OUT.png [HOST]   (prints the markdown table on stdout;
+       HOST names the machine in the title, default "AVX2 host")
 Needs: matplotlib.
 """
 import collections
@@ -64,6 +65,7 @@ for ax, idx, title in ((axes[0], 2, "prefill pp512 (tokens/s)"), (axes[1], 3, "d
     ax.set_yscale("log")
     ax.grid(axis="y", alpha=0.3)
 axes[0].legend()
-fig.suptitle("2 threads, batch 1, weights in memory (AVX2 host); medians over runs")
+host = sys.argv[3] if len(sys.argv) > 3 else "AVX2 host"
+fig.suptitle(f"2 threads, batch 1, weights in memory ({host}); medians over runs")
 fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=110)

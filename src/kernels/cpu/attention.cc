@@ -592,19 +592,6 @@ size_t AttentionWorkspace(const AttentionArgs& a) {
   return static_cast<size_t>(std::max(1, a.threads)) * PerThreadBytes(a) +
          (decode ? PartialBytes(a) : 0);
 }
-
-// Whether the prefill dots bf16 pairs with vdpbf16ps (where the CPU has it) rather than
-// widening bf16 K/V to f32 for FMAs. Not on Intel: on an Intel Xeon with AMX vdpbf16ps ran at
-// half the FMA rate (bench-ops limits: 211 against 424 GFLOP/s on 2 cores), and bf16 prefill
-// ran at 0.66-0.68x of f32 with it against 1.00-1.05x widened (bench/RESULTS.md, "Intel AMX,
-// eighteenth session"). On Zen 4 and Zen 5 it is the faster path (1.5-1.8x f32). On Intel,
-// decode and the backward pass keep vdpbf16ps: MHA decode read its cache at 0.91 of the DRAM
-// floor with it against 0.77 widened, and the backward pass ran 1.2-1.6x faster.
-bool PrefillBf16Dot() {
-  const CpuFeatures& f = cpu_features();
-  return f.avx512_bf16 && f.vendor != "GenuineIntel";
-}
-
 void FlashForward(const AttentionArgs& a, char* ws) {
   const int64_t br = Br(), D = a.head_dim, Dv = a.v_head_dim;
   // Whole micro-kernel row groups per block (a user-set MM_BLOCK_SIZE need not be a multiple).
@@ -634,7 +621,7 @@ void FlashForward(const AttentionArgs& a, char* ws) {
                    [](const Task& x, const Task& y) { return x.cost > y.cost; });
   const float qscale = a.scale * kLog2e;
   const size_t per = PerThreadBytes(a);
-  const bool native = TBOOST_ATTN_BF16_NATIVE && PrefillBf16Dot();
+  const bool native = TBOOST_ATTN_BF16_NATIVE && attention_prefill_bf16_dot();
   const bool pairs = a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16 && D % 2 == 0 &&
                      (native || a.force_bf16_pairs);
   RunTasks(
@@ -688,6 +675,18 @@ namespace tboost::kernels {
 HWY_EXPORT(AttentionWorkspace);
 HWY_EXPORT(AttentionForward);
 HWY_EXPORT(AttentionKvBlock);
+
+// Whether the prefill dots bf16 pairs with vdpbf16ps (where the CPU has it) rather than
+// widening bf16 K/V to f32 for FMAs. Not on Intel: on an Intel Xeon with AMX vdpbf16ps ran at
+// half the FMA rate (bench-ops limits: 211 against 424 GFLOP/s on 2 cores), and bf16 prefill
+// ran at 0.66-0.68x of f32 with it against 1.00-1.05x widened (bench/RESULTS.md, "Intel AMX,
+// eighteenth session"). On Zen 4 and Zen 5 it is the faster path (1.5-1.8x f32). On Intel,
+// decode and the backward pass keep vdpbf16ps: MHA decode read its cache at 0.91 of the DRAM
+// floor with it against 0.77 widened, and the backward pass ran 1.2-1.6x faster.
+bool attention_prefill_bf16_dot() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512_bf16 && f.vendor != "GenuineIntel";
+}
 
 int64_t attention_kv_block(int64_t head_dim, int64_t v_head_dim) {
   if (const char* env = std::getenv("MM_BLOCK_SIZE")) {

@@ -441,6 +441,9 @@ size_t attention_workspace(const AttentionArgs& a);
 void attention_forward(const AttentionArgs& a, void* workspace);
 // Keys per tile chosen for these sizes: MM_BLOCK_SIZE if set, else from the cache sizes.
 int64_t attention_kv_block(int64_t head_dim, int64_t v_head_dim);
+// Whether bf16 prefill (attention_forward outside decode) dots bf16 pairs with vdpbf16ps on
+// this CPU (attention.cc says when) rather than widening bf16 K/V to f32 for FMAs.
+bool attention_prefill_bf16_dot();
 
 // Attention backward (src/kernels/cpu/attention_backward.cc). f: the forward's arguments with
 // its outputs o and lse as inputs (not paged, no context_lens); dout like o; dq like q (dtype),
