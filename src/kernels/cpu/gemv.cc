@@ -452,10 +452,10 @@ constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 ve
 // - 0.5, 1, 1.5 and 2 KiB ahead all gained over the old paths (llama-110m decode, 4-20%).
 // On AVX-512 (an Intel Xeon with AMX, 2 cores), against the blocks path, new and old binaries
 // alternated (bench/RESULTS.md, "Intel AMX, eighteenth session"):
-// - whole-model decode, fractions of the floor: llama-110m f32 0.98-1.05 against 0.84-0.89,
-//   bf16 0.95-1.00 against 0.83-0.94; llama-1b f32 1.01-1.10 against 0.76-0.80, bf16
-//   1.02-1.07 against 0.94-0.99;
-// - bench-ops GEMVs (fractions of a read timed in turn): 2048x5632 f32 1.08-1.10 against
+// - whole-model decode, fractions of the read floor before 4806f7f (one stream per thread):
+//   llama-110m f32 0.98-1.05 against 0.84-0.89, bf16 0.95-1.00 against 0.83-0.94; llama-1b f32
+//   1.01-1.10 against 0.76-0.80, bf16 1.02-1.07 against 0.94-0.99;
+// - bench-ops GEMVs (fractions of that read timed in turn): 2048x5632 f32 1.08-1.10 against
 //   0.77-0.78, bf16 1.06-1.08 against 0.96-0.98; 4 x rows f32 1.11-1.13 against 0.94-0.95,
 //   bf16 1.06-1.07 against 0.85-0.86.
 // Not measured on AMD's AVX-512 (Zen 4 / Zen 5, where 4 adjacent rows, not far apart, had been
