@@ -14,6 +14,7 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "src/kernels/cpu/hwy_util-inl.h"
 #include "tboost/core/cpu_features.h"
 #if HWY_ARCH_X86
 #include <immintrin.h>
@@ -120,12 +121,11 @@ void ReadSumStreams(const float* in, int64_t b, int64_t e, float* sink) {
   for (int s = 0; s < kS; ++s) acc[s][0] = acc[s][1] = hn::Zero(d);
   for (int64_t i = 0; i < part; i += 2 * L) {
     for (int s = 0; s < kS; ++s) {
-      const float* p = in + b + s * part + i;
-      if (((i * 4) & 63) == 0) __builtin_prefetch(reinterpret_cast<const char*>(p) + kAhead, 0, 3);
-      if (((i * 4 + L * 4) & 63) == 0)
-        __builtin_prefetch(reinterpret_cast<const char*>(p + L) + kAhead, 0, 3);
-      acc[s][0] = hn::Add(acc[s][0], hn::LoadU(d, p));
-      acc[s][1] = hn::Add(acc[s][1], hn::LoadU(d, p + L));
+      const float* p = in + b + s * part;
+      kernels::HWY_NAMESPACE::StreamAheadAt(p, i, kAhead);
+      kernels::HWY_NAMESPACE::StreamAheadAt(p, i + L, kAhead);
+      acc[s][0] = hn::Add(acc[s][0], hn::LoadU(d, p + i));
+      acc[s][1] = hn::Add(acc[s][1], hn::LoadU(d, p + i + L));
     }
   }
   V t = hn::Zero(d);
@@ -151,7 +151,6 @@ namespace tboost::bench {
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(Bf16DotLoop);
 HWY_EXPORT(Stream);
-
 HWY_EXPORT(ReadSumStreams);
 HWY_EXPORT(CopyNonTemporal);
 

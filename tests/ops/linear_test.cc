@@ -155,8 +155,8 @@ std::vector<CaseSpec> linear_cases() {
     add({.dtype = dt, .x = {1, 2080}, .N = 208, .res = true, .tight = true});
     add({.dtype = dt, .x = {1, 768}, .N = 149, .bias = true, .bias_dtype = dt,
          .act = Activation::kSilu, .threads = 1});
-    // The same for 2-4 x rows (f32: 4 streams for 2 rows, 2 for 3-4; bf16 pairs: 2), and 6
-    // rows over 10 blocks (the blocks path).
+    // The same for 2-4 x rows (AVX2: f32 4 streams for 2 rows, 2 for 3-4, bf16 pairs 2;
+    // AVX-512: 4), and 6 rows over 10 blocks (the blocks path).
     add({.dtype = dt, .x = {2, 784}, .N = 128, .bias = true, .threads = 2, .tight = true});
     add({.dtype = dt, .x = {3, 2090}, .N = 247, .res = true, .strided_in = true, .threads = 2,
          .tight = true});

@@ -592,6 +592,7 @@ size_t AttentionWorkspace(const AttentionArgs& a) {
   return static_cast<size_t>(std::max(1, a.threads)) * PerThreadBytes(a) +
          (decode ? PartialBytes(a) : 0);
 }
+
 void FlashForward(const AttentionArgs& a, char* ws) {
   const int64_t br = Br(), D = a.head_dim, Dv = a.v_head_dim;
   // Whole micro-kernel row groups per block (a user-set MM_BLOCK_SIZE need not be a multiple).
@@ -679,8 +680,8 @@ HWY_EXPORT(AttentionKvBlock);
 // Whether the prefill dots bf16 pairs with vdpbf16ps (where the CPU has it) rather than
 // widening bf16 K/V to f32 for FMAs. Not on Intel: on an Intel Xeon with AMX vdpbf16ps ran at
 // half the FMA rate (bench-ops limits: 211 against 424 GFLOP/s on 2 cores), and bf16 prefill
-// ran at 0.66-0.68x of f32 with it against 1.00-1.05x widened (bench/RESULTS.md, "Intel AMX,
-// eighteenth session"). On Zen 4 and Zen 5 it is the faster path (1.5-1.8x f32). On Intel,
+// at T = 2048 ran at 0.66-0.69x of f32 with it against 1.01-1.05x widened (bench/RESULTS.md,
+// "Intel AMX, eighteenth session"). On Zen 4 and Zen 5 it is the faster path (1.5-1.8x f32). On Intel,
 // decode and the backward pass keep vdpbf16ps: MHA decode read its cache at 0.91 of the DRAM
 // floor with it against 0.77 widened, and the backward pass ran 1.2-1.6x faster.
 bool attention_prefill_bf16_dot() {

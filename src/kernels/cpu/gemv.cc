@@ -427,8 +427,9 @@ void Epilogue(const GemvArgs& a, const float* sums, int64_t m0, int64_t mcount, 
 
 constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 vectors)
 
-// 1-4 x rows on AVX2 and AVX-512 (8 blocks or more): each thread reads kS streams at once (4
-// for one x row; 4 for up to 4 rows on AVX-512's 32 registers), the matrix's kS parts apart. Item i
+// 1-4 x rows on AVX2 and AVX-512 (8 blocks or more): each thread reads kS streams at once
+// (RowsAtOnce: 4 for one x row; on AVX2 4 for 2 f32 rows and 2 otherwise, on AVX-512's 32
+// registers 4 for up to 4 rows), the matrix's kS parts apart. Item i
 // holds the blocks i, i + Q, ..., i + (kS - 1)·Q (Q items); its j-th rows, one per block, are
 // dotted side by side (DotRowN, DotRowBf16PairsN on pair-split x, DotRowsBf16DpN on bf16 x with
 // vdpbf16ps), so each stream is a run of whole consecutive rows read front to back, however short
@@ -460,13 +461,20 @@ constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 ve
 //   bf16 1.06-1.07 against 0.85-0.86.
 // Not measured on AMD's AVX-512 (Zen 4 / Zen 5, where 4 adjacent rows, not far apart, had been
 // slower) nor for 5-8 x rows: those keep the blocks path.
-constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3;
+constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2 || TBOOST_GEMV_REGS == 32;
 constexpr int64_t kFarStreamAheadBytes = 1024;
 
 // The sums of one whole item of kS blocks (kM x rows): block s's x row m at sums[s·64 + m·16 +
 // j] (Epilogue's layout). Not inlined, and templated on neither the output type nor the
 // epilogue (see DotRows): inlined into every GemvTyped instantiation, the far streams took
 // gemv.cc's compile from 27 s to 161; 32 s like this.
+// Row j of each of an item's kS blocks, from t[m·16 + s] (DotRowN's layout) into sums.
+template <int kM, int kS>
+HWY_INLINE void ScatterItemRow(const float* t, int64_t j, float* sums) {
+  for (int s = 0; s < kS; ++s)
+    for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
+}
+
 template <int kM, int kS, XLayout kXL, class TW>
 HWY_NOINLINE void FarItemDots(const float* xf, int64_t ldx, const TW* wi, int64_t ldw,
                               int64_t apart, int64_t K, float* sums) {
@@ -476,8 +484,7 @@ HWY_NOINLINE void FarItemDots(const float* xf, int64_t ldx, const TW* wi, int64_
       DotRowBf16PairsN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * ldw, apart, K, t);
     else
       DotRowN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * ldw, apart, K, t);
-    for (int s = 0; s < kS; ++s)
-      for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
+    ScatterItemRow<kM, kS>(t, j, sums);
   }
 }
 
@@ -490,14 +497,13 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void FarItemDotsBf16Dp(const float* xf, int64_
   for (int64_t j = 0; j < kBlock; ++j) {
     HWY_ALIGN float t[64];  // t[m·16 + s]
     DotRowsBf16DpN<kS, kM>(reinterpret_cast<const uint32_t*>(xf), ldx, wi + j * ldw, apart, K, t);
-    for (int s = 0; s < kS; ++s)
-      for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
+    ScatterItemRow<kM, kS>(t, j, sums);
   }
 }
 #endif
 
-// The item kernel for kM x rows and its stream count: as many streams as DotRowN /
-// DotRowBf16PairsN keep in registers for kM rows (RowsAtOnce).
+// The item kernel for kM x rows and its stream count: as many streams as DotRowN,
+// DotRowBf16PairsN or DotRowsBf16DpN keep in registers for kM rows (RowsAtOnce).
 template <class TW>
 struct FarPlan {
   void (*dots)(const float*, int64_t, const TW*, int64_t, int64_t, int64_t, float*);
@@ -589,20 +595,7 @@ void GemvTyped(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx) {
       for (int64_t m0 = 0; m0 < a.M; m0 += 4) {
         const int64_t mc = std::min<int64_t>(4, a.M - m0);
         const float* xm = xf + m0 * ldx;
-        switch (mc) {
-          case 1:
-            DotRows<1>(xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
-            break;
-          case 2:
-            DotRows<2>(xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
-            break;
-          case 3:
-            DotRows<3>(xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
-            break;
-          default:
-            DotRows<4>(xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
-            break;
-        }
+        DotRowsUpTo4(mc, xm, ldx, wb, a.ldw, a.K, cnt, sums, xl);
         Epilogue<kAct, kHasAct, TY>(a, sums, m0, mc, n0, cnt);
       }
     }
