@@ -85,6 +85,7 @@ CpuFeatures detect() {
     f.avx512_bf16 = f.avx512f && (l71.a & (1u << 5));
     f.avx_vnni = f.avx && (l71.a & (1u << 4));
     f.amx_bf16 = l7.d & (1u << 22);
+    f.amx_tile = l7.d & (1u << 24);
   }
   const unsigned max_ext = cpuid(0x80000000u).a;
   bool ok = false;
@@ -128,6 +129,7 @@ std::string cpu_features_string() {
   add(f.avx512_vnni, "avx512_vnni");
   add(f.avx512_bf16, "avx512_bf16");
   add(f.avx_vnni, "avx_vnni");
+  add(f.amx_tile, "amx_tile");
   add(f.amx_bf16, "amx_bf16");
   return f.vendor + ": " + s + " | L1d " + kib(f.l1d_bytes) + " L2 " + kib(f.l2_bytes) + " L3 " +
          kib(f.l3_bytes) + " (" + f.cache_source + ")";

@@ -82,6 +82,7 @@ class AttentionOpBase : public OpBase<P> {
     a.threads = std::min(threads_, ctx.num_threads());
     a.ftz = ctx.flush_denormals();
     a.force_bf16_pairs = force_bf16_pairs_;
+    a.allow_amx = allow_amx_;
     return a;
   }
 
@@ -93,6 +94,7 @@ class AttentionOpBase : public OpBase<P> {
     this->impl_ += ", key block " + to_string(kv_block_);
     threads_ = ctx.num_threads();
     force_bf16_pairs_ = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;
+    allow_amx_ = kernels::attention_amx_allowed();
     return kernels::attention_workspace(planned(pack, ctx));
   }
 
@@ -103,6 +105,7 @@ class AttentionOpBase : public OpBase<P> {
   int64_t kv_block_ = 0;
   int threads_ = 1;
   bool force_bf16_pairs_ = false;
+  bool allow_amx_ = true;
 };
 
 // ---- SelfAttention ----------------------------------------------------------------------

@@ -14,7 +14,8 @@ struct CpuFeatures {
   std::string vendor;
   bool sse4_2 = false, avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false, amx_bf16 = false;
+  bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false, amx_bf16 = false,
+       amx_tile = false;
   int64_t l1d_bytes = 32 << 10;  // per core
   int64_t l2_bytes = 1 << 20;    // per core
   int64_t l3_bytes = 32 << 20;   // shared

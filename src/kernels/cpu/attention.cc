@@ -42,10 +42,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "hwy/highway.h"
+#include "src/kernels/cpu/amx.h"
 #include "src/kernels/cpu/attention-inl.h"
 #include "src/kernels/cpu/hwy_util-inl.h"
 #include "src/kernels/cpu/kernels.h"
@@ -463,6 +465,19 @@ inline void SoftmaxStep(int64_t nk, float* St, float* m, float* l, float* alpha)
   }
 }
 
+// Output and log-sum-exp of queries [c0, c0 + nq): row r of ot (ldo apart) divided by l[r];
+// m[r] is its running max (log2 units).
+inline void WriteRows(const Problem& pb, int64_t c0, int64_t nq, int64_t Dv, const float* ot,
+                      int64_t ldo, const float* m, const float* l, float* row, DType dtype) {
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t q = c0 + r;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    for (int64_t x = 0; x < Dv; ++x) row[x] = ot[r * ldo + x] * inv;
+    convert(pb.o + q * pb.o_row, dtype, row, DType::kF32, Dv);
+    pb.lse[q * pb.lse_row] = l[r] > 0.0f ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
+  }
+}
+
 // Queries [c0, c0 + nq) of one problem, nq <= tiles·Br: tiles of Br sharing each K/V block.
 // pairs: bf16 q, k, v run the bf16 pair products (native: with vdpbf16ps).
 void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_tiles,
@@ -556,19 +571,238 @@ void FlashChunk(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_til
       }
     }
   }
-  // Normalize, write out, lse.
+  WriteRows(pb, c0, nq, Dv, s.ot, f.Dvp, s.m, s.l, s.row, dtype);
+}
+
+// ---- AMX prefill (bf16) ---------------------------------------------------------------------
+// With bf16 q, k and v on a CPU with AMX tiles (amx.h), both products of a (query tile, key
+// block) run on the tile unit, which does 16 x 16 x 32 bf16 multiply-adds per instruction
+// (2.6 TFLOP/s on one Xeon core against 212 for f32 FMAs): the vector work around them (the
+// softmax and the packing) is then most of the time. The layout turns with it: tiles multiply
+// rows by pair-interleaved columns, so
+//   S (Br x Bc) = Q (Br x D, the tile's rows in place of Qt) · K2, K2 = the block's keys as
+//                 (D/2 x Bc) bf16 pairs (packed once per block, shared by the chunk's tiles)
+//   online softmax per query row (a row's visible keys are one interval of the block)
+//   O (Br x Dv) = O·alpha + P (Br x Bc, bf16) · V2, V2 = (Bc/2 x Dv) pairs, as the pair path's.
+// The head dim, the value dim and the block are padded to multiples of 32 with zeros (zero
+// columns of Q and rows of K2 add nothing; P is 0 past a row's last visible key and V2's
+// padding rows are 0, so no garbage can reach O).
+#if TBOOST_ATTN_BF16_NATIVE
+// Queries per tile: Br on AVX-512, two AMX row tiles.
+constexpr int64_t kAmxRows = 32;
+
+struct AmxDims {
+  int64_t D, Dv, Dp, Dvp, Bc, Bcp, tiles;
+  explicit AmxDims(const FlashDims& f)
+      : D(f.D),
+        Dv(f.Dv),
+        Dp(RoundUp(f.D, 32)),
+        Dvp(RoundUp(f.Dv, 32)),
+        Bc(f.Bc),
+        Bcp(RoundUp(f.Bc, 32)),
+        tiles(f.tiles) {}
+};
+
+struct AmxScratch {
+  uint16_t* qb;  // tiles x Br x Dp: the chunk's queries, bf16
+  float* st;     // Br x Bcp: one tile's scores
+  uint16_t* pb;  // Br x Bcp: its softmax weights, bf16
+  uint32_t* k2;  // Dp/2 x Bcp pairs of the block's keys
+  uint32_t* v2;  // Bcp/2 x Dvp pairs of its value rows
+  float* ot;     // tiles x Br x Dvp
+  float* m;      // tiles x Br
+  float* l;      // tiles x Br
+  float* row;    // max(D, Dv)
+};
+
+// Carves the scratch from base (64-byte aligned pieces); bytes gets the total (base may be 0
+// to size it).
+inline AmxScratch CarveAmx(char* base, const AmxDims& f, size_t* bytes) {
+  uintptr_t p = (reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63};
+  const uintptr_t start = p;
+  const auto take = [&](auto* type, int64_t n) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    T* r = reinterpret_cast<T*>(p);
+    p += Align64(static_cast<size_t>(n) * sizeof(T));
+    return r;
+  };
+  const int64_t br = kAmxRows;
+  AmxScratch s;
+  s.qb = take(static_cast<uint16_t*>(nullptr), f.tiles * br * f.Dp);
+  s.st = take(static_cast<float*>(nullptr), br * f.Bcp);
+  s.pb = take(static_cast<uint16_t*>(nullptr), br * f.Bcp);
+  s.k2 = take(static_cast<uint32_t*>(nullptr), f.Dp / 2 * f.Bcp);
+  s.v2 = take(static_cast<uint32_t*>(nullptr), f.Bcp / 2 * f.Dvp);
+  s.ot = take(static_cast<float*>(nullptr), f.tiles * br * f.Dvp);
+  s.m = take(static_cast<float*>(nullptr), f.tiles * br);
+  s.l = take(static_cast<float*>(nullptr), f.tiles * br);
+  s.row = take(static_cast<float*>(nullptr), std::max(f.D, f.Dv));
+  if (bytes) *bytes = static_cast<size_t>(p - start) + 64;
+  return s;
+}
+
+// K2[p][j] = (k[2p], k[2p+1]) of key j in rows [j0, j0+n) of a bf16 cache, ld u32 per pair row:
+// the keys transposed into the tile unit's B layout. All `rows` pair rows are written, those
+// past the head dim and the columns past n with 0.
+inline void PackK2(const KvRows& k, int64_t j0, int64_t n, int64_t rows, int64_t ld, uint32_t* K2) {
+  std::fill(K2, K2 + rows * ld, 0u);
+  const int64_t D = k.cols, whole = D / 2;
+  k.spans(j0, j0 + n, [&](const char* row, int64_t m, int64_t j) {
+    for (int64_t t = 0; t < m; ++t) {
+      const char* r = row + t * k.row_bytes;
+      uint32_t* dst = K2 + (j - j0 + t);
+      for (int64_t p = 0; p < whole; ++p) std::memcpy(dst + p * ld, r + 4 * p, 4);
+      if (D % 2) {
+        uint16_t last;
+        std::memcpy(&last, r + 2 * (D - 1), 2);
+        dst[whole * ld] = last;
+      }
+    }
+  });
+}
+
+// 2^x for x <= 0, exactly 0 below -200 (so for -inf): 2^round(x) applied by vscalefps, 2^f by
+// ExpPoly<4> (relative error 2.9e-6, far below the bf16 rounding of P that follows). 8
+// instructions against Exp2's 14.
+TBOOST_PAIR_ATTR HWY_INLINE VF Exp2Scalef(VF x) {
+  const __m512 xc = _mm512_max_ps(x.raw, _mm512_set1_ps(-200.0f));
+  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const VF p = ExpPoly<4, false, true>(DF(), VF{_mm512_sub_ps(xc, n)});
+  return VF{_mm512_scalef_ps(p.raw, n)};
+}
+
+// One query row of an AMX tile over local keys [0, ncol) of its block (ncol a multiple of 32):
+// s holds the unscaled scores; the row sees local keys [a, b), a < b. rel0 is the query's
+// position minus the block's first key (ALiBi), mrow its custom mask at that key (or null). The
+// online softmax step in log2 units: prow gets p = 2^(x - m) rounded to bf16 (0 outside
+// [a, b)), m and l are updated. Returns alpha, the factor the row's earlier output must be
+// scaled by (1 when the max did not move). Without ALiBi or a mask the scores are not scaled
+// in place: the max is taken unscaled (scale > 0) and the scale folds into the exponent's FMA.
+TBOOST_PAIR_ATTR inline float AmxSoftmaxRow(float* s, int64_t ncol, int64_t a, int64_t b,
+                                            float qscale, float slope2, int64_t rel0,
+                                            const float* mrow, float* m, float* l, uint16_t* prow) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t c0 = a / N * N, c1 = RoundUp(b, N);
+  const bool plain = slope2 == 0.0f && mrow == nullptr && qscale > 0.0f;
+  const VF ninf = hn::Set(d, kNegInf);
+  const auto alo = hn::Set(di, static_cast<int32_t>(a - 1)),
+             ahi = hn::Set(di, static_cast<int32_t>(b));
+  const auto inside = [&](int64_t c) {
+    const auto col = hn::Iota(di, static_cast<int32_t>(c));
+    return hn::RebindMask(d, hn::And(hn::Gt(col, alo), hn::Lt(col, ahi)));
+  };
+  const auto partial = [&](int64_t c) { return c < a || c + N > b; };
+  VF mx = ninf;
+  float rowmax;
+  if (plain) {
+    for (int64_t c = c0; c < c1; c += N) {
+      const VF x = hn::LoadU(d, s + c);
+      mx = hn::Max(mx, partial(c) ? hn::IfThenElse(inside(c), x, ninf) : x);
+    }
+    rowmax = ReduceMaxF(d, mx) * qscale;
+  } else {
+    const VF qs = hn::Set(d, qscale);
+    for (int64_t c = c0; c < c1; c += N)
+      hn::StoreU(hn::IfThenElse(inside(c), hn::Mul(hn::LoadU(d, s + c), qs), ninf), d, s + c);
+    for (int64_t j = a; j < b; ++j) {  // ALiBi and the custom mask, on the visible keys only
+      if (slope2 != 0.0f) s[j] -= slope2 * static_cast<float>(std::llabs(rel0 - j));
+      if (mrow) s[j] += MaskLog2(mrow[j]);
+    }
+    for (int64_t c = c0; c < c1; c += N) mx = hn::Max(mx, hn::LoadU(d, s + c));
+    rowmax = ReduceMaxF(d, mx);
+  }
+  const float mold = *m;
+  const float mnew = std::max(mold, rowmax);
+  const float msafe = mnew == kNegInf ? 0.0f : mnew;
+  const float alpha = mnew == mold ? 1.0f : mold == kNegInf ? 0.0f : std::exp2(mold - msafe);
+  const VF mul = hn::Set(d, plain ? qscale : 1.0f), off = hn::Set(d, -msafe);
+  VF sum = hn::Zero(d);
+  const auto weights = [&](int64_t c) {
+    if (c < c0 || c >= c1) return hn::Zero(d);
+    VF p = Exp2Scalef(hn::MulAdd(hn::LoadU(d, s + c), mul, off));
+    if (partial(c)) p = hn::IfThenElseZero(inside(c), p);
+    sum = hn::Add(sum, p);
+    return p;
+  };
+  for (int64_t c = 0; c < ncol; c += 2 * N) {
+    const VF p0 = weights(c), p1 = weights(c + N);
+    _mm512_storeu_si512(prow + c, (__m512i)_mm512_cvtne2ps_pbh(p1.raw, p0.raw));
+  }
+  *l = *l * alpha + ReduceSumF(d, sum);
+  *m = mnew;
+  return alpha;
+}
+
+// FlashChunk on the tile unit: queries [c0, c0 + nq) of one problem (bf16 q, k, v).
+void FlashChunkAmx(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_tiles,
+                   const AmxDims& f, float qscale, const AmxScratch& s) {
+  const int64_t br = kAmxRows, D = f.D, Dp = f.Dp, Dvp = f.Dvp;
+  const int64_t nq = std::min(max_tiles * br, pb.sq - c0);
+  const int64_t tiles = (nq + br - 1) / br;
+  int64_t lo[kMaxTiles] = {}, hi[kMaxTiles] = {};
   for (int64_t t = 0; t < tiles; ++t) {
-    for (int64_t i = 0; i < nqt[t]; ++i) {
-      const int64_t q = c0 + t * br + i;
-      const float l = s.l[t * br + i];
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      const float* orow = s.ot + (t * br + i) * f.Dvp;
-      for (int64_t x = 0; x < Dv; ++x) s.row[x] = orow[x] * inv;
-      convert(pb.o + q * pb.o_row, dtype, s.row, DType::kF32, Dv);
-      pb.lse[q * pb.lse_row] = l > 0.0f ? (s.m[t * br + i] + std::log2(l)) * kLn2 : kNegInf;
+    const int64_t i0 = c0 + t * br, nqt = std::min(br, c0 + nq - i0);
+    for (int64_t i = 0; i < br; ++i) {
+      uint16_t* dst = s.qb + (t * br + i) * Dp;
+      const int64_t have = i < nqt ? D : 0;
+      if (have) std::memcpy(dst, pb.q + (i0 + i) * pb.q_row, static_cast<size_t>(D) * 2);
+      std::fill(dst + have, dst + Dp, uint16_t{0});
+    }
+    lo[t] = std::max<int64_t>(0, mk.vis.lo(i0));
+    hi[t] = mk.vis.hi(i0 + nqt - 1, pb.sk);
+  }
+  std::fill(s.m, s.m + nq, kNegInf);
+  std::fill(s.l, s.l + nq, 0.0f);
+  std::fill(s.ot, s.ot + tiles * br * Dvp, 0.0f);
+  // The same block grid as FlashChunk's (anchored at key 0).
+  const int64_t jlo = lo[0] / f.Bc * f.Bc, jhi = hi[tiles - 1] + 1;
+  PrefetchRows(pb.k, jlo, std::min(jhi, jlo + f.Bc));
+  PrefetchRows(pb.v, jlo, std::min(jhi, jlo + f.Bc));
+  amx_begin();
+  for (int64_t jb = jlo; jb < jhi; jb += f.Bc) {
+    const int64_t nk = std::min(f.Bc, jhi - jb);
+    PrefetchRows(pb.k, jb + nk, std::min(jhi, jb + nk + f.Bc));
+    PrefetchRows(pb.v, jb + nk, std::min(jhi, jb + nk + f.Bc));
+    PackK2(pb.k, jb, nk, Dp / 2, f.Bcp, s.k2);
+    PackV2(pb.v, jb, nk, Dvp, s.v2);
+    std::fill(s.v2 + (nk + 1) / 2 * Dvp, s.v2 + RoundUp(nk, 32) / 2 * Dvp, 0u);
+    for (int64_t t = 0; t < tiles; ++t) {
+      if (jb > hi[t] || jb + nk - 1 < lo[t]) continue;
+      const int64_t i0 = c0 + t * br, nqt = std::min(br, c0 + nq - i0);
+      const int64_t nkt = std::min(nk, hi[t] + 1 - jb), ncol = RoundUp(nkt, 32);
+      float* ot = s.ot + t * br * Dvp;
+      amx_gemm32(s.qb + t * br * Dp, Dp * 2, s.k2, f.Bcp * 4, Dp, s.st, f.Bcp, ncol / 32, false);
+      for (int64_t i = 0; i < br; ++i) {
+        uint16_t* prow = s.pb + i * f.Bcp;
+        const int64_t q = i0 + i;
+        const int64_t a = i < nqt ? std::max<int64_t>({0, mk.vis.lo(q), jb}) - jb : 0;
+        const int64_t b = i < nqt ? std::min(mk.vis.hi(q, pb.sk) + 1, jb + nkt) - jb : 0;
+        if (a >= b) {
+          std::fill(prow, prow + ncol, uint16_t{0});
+          continue;
+        }
+        const float* mrow = mk.mask ? mk.mask + q * mk.mask_row + jb : nullptr;
+        const float alpha =
+            AmxSoftmaxRow(s.st + i * f.Bcp, ncol, a, b, qscale, mk.slope2, q + mk.vis.offset - jb,
+                          mrow, s.m + t * br + i, s.l + t * br + i, prow);
+        if (alpha != 1.0f) {
+          const DF d;
+          const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+          const VF al = hn::Set(d, alpha);
+          float* orow = ot + i * Dvp;
+          for (int64_t x = 0; x < Dvp; x += N)
+            hn::Store(hn::Mul(hn::Load(d, orow + x), al), d, orow + x);
+        }
+      }
+      amx_gemm32(s.pb, f.Bcp * 2, s.v2, Dvp * 4, ncol, ot, Dvp, Dvp / 32, true);
     }
   }
+  amx_end();
+  WriteRows(pb, c0, nq, f.Dv, s.ot, Dvp, s.m, s.l, s.row, DType::kBF16);
 }
+#endif  // TBOOST_ATTN_BF16_NATIVE
 
 // ---- driver -------------------------------------------------------------------------------
 
@@ -582,8 +816,14 @@ inline int64_t EffBlock(const AttentionArgs& a) {
 // The same for every context length up to a.sk and every sq up to a.sq, so setup can size the
 // workspace before the data says which path a call takes.
 inline size_t PerThreadBytes(const AttentionArgs& a) {
-  return std::max(FlashScratchBytes(FlashDims(a.head_dim, a.v_head_dim, EffBlock(a))),
-                  DecodeScratchBytes(a));
+  const FlashDims dims(a.head_dim, a.v_head_dim, EffBlock(a));
+  size_t bytes = std::max(FlashScratchBytes(dims), DecodeScratchBytes(a));
+#if TBOOST_ATTN_BF16_NATIVE
+  size_t amx = 0;
+  CarveAmx(nullptr, AmxDims(dims), &amx);
+  bytes = std::max(bytes, amx);
+#endif
+  return bytes;
 }
 
 size_t AttentionWorkspace(const AttentionArgs& a) {
@@ -622,9 +862,12 @@ void FlashForward(const AttentionArgs& a, char* ws) {
                    [](const Task& x, const Task& y) { return x.cost > y.cost; });
   const float qscale = a.scale * kLog2e;
   const size_t per = PerThreadBytes(a);
+  const bool bf16 = a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16;
+  // The forced pair emulation (tests) comes first, then AMX, then vdpbf16ps pairs.
+  const bool amx = TBOOST_ATTN_BF16_NATIVE && bf16 && !a.force_bf16_pairs && a.allow_amx &&
+                   attention_prefill_bf16_amx();
   const bool native = TBOOST_ATTN_BF16_NATIVE && attention_prefill_bf16_dot();
-  const bool pairs = a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16 && D % 2 == 0 &&
-                     (native || a.force_bf16_pairs);
+  const bool pairs = bf16 && D % 2 == 0 && !amx && (native || a.force_bf16_pairs);
   RunTasks(
       a.threads, a.ftz, static_cast<int64_t>(tasks.size()), ws, per, [&](int64_t t, char* mine) {
         const Task& tk = tasks[static_cast<size_t>(t)];
@@ -645,6 +888,13 @@ void FlashForward(const AttentionArgs& a, char* ws) {
         mk.slope2 = a.alibi ? a.alibi[tk.h] * kLog2e : 0.0f;
         mk.mask = a.mask ? a.mask + tk.b * a.mask_sb : nullptr;
         mk.mask_row = a.mask_si;
+#if TBOOST_ATTN_BF16_NATIVE
+        if (amx) {
+          const AmxDims ad(dims);
+          FlashChunkAmx(pb, mk, tk.i0, tiles, ad, qscale, CarveAmx(mine, ad, nullptr));
+          return;
+        }
+#endif
         FlashChunk(pb, mk, tk.i0, tiles, dims, qscale, a.dtype, pairs, native,
                    CarveFlash(mine, dims));
       });
@@ -681,12 +931,21 @@ HWY_EXPORT(AttentionKvBlock);
 // widening bf16 K/V to f32 for FMAs. Not on Intel: on an Intel Xeon with AMX vdpbf16ps ran at
 // half the FMA rate (bench-ops limits: 211 against 424 GFLOP/s on 2 cores), and bf16 prefill
 // at T = 2048 ran at 0.66-0.69x of f32 with it against 1.01-1.05x widened (bench/RESULTS.md,
-// "Intel AMX, eighteenth session"). On Zen 4 and Zen 5 it is the faster path (1.5-1.8x f32). On Intel,
-// decode and the backward pass keep vdpbf16ps: MHA decode read its cache at 0.91 of the DRAM
+// "Intel AMX, eighteenth session"). On Zen 4 and Zen 5 it is the faster path (1.5-1.8x f32). On
+// Intel, decode and the backward pass keep vdpbf16ps: MHA decode read its cache at 0.91 of the DRAM
 // floor with it against 0.77 widened, and the backward pass ran 1.2-1.6x faster.
 bool attention_prefill_bf16_dot() {
   const CpuFeatures& f = cpu_features();
   return f.avx512_bf16 && f.vendor != "GenuineIntel";
+}
+
+// AMX where the process may use it (amx.h): bf16 prefill at T = 2048 then ran at
+// NNN of f32 on an Intel Xeon (bench/RESULTS.md).
+bool attention_prefill_bf16_amx() { return amx_bf16_usable(); }
+
+bool attention_amx_allowed() {
+  const char* env = std::getenv("TBOOST_ATTN_AMX");
+  return !(env && std::strcmp(env, "0") == 0);
 }
 
 int64_t attention_kv_block(int64_t head_dim, int64_t v_head_dim) {

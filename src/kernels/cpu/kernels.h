@@ -433,6 +433,9 @@ struct AttentionArgs {
   // bf16 q, k and v: run the prefill products as bf16 pair dots even without the instruction
   // (vdpbf16ps, AVX512_BF16), emulated; tests use it to check that path on any CPU.
   bool force_bf16_pairs = false;
+  // bf16 q, k and v on a CPU with AMX: run the prefill products on the tile unit (the default;
+  // TBOOST_ATTN_AMX=0 turns it off, as force_bf16_pairs does).
+  bool allow_amx = true;
   int threads = 1;
   bool ftz = true;
 };
@@ -444,6 +447,10 @@ int64_t attention_kv_block(int64_t head_dim, int64_t v_head_dim);
 // Whether bf16 prefill (attention_forward outside decode) dots bf16 pairs with vdpbf16ps on
 // this CPU (attention.cc says when) rather than widening bf16 K/V to f32 for FMAs.
 bool attention_prefill_bf16_dot();
+// Whether bf16 prefill runs its two products on AMX tiles on this CPU (attention.cc).
+bool attention_prefill_bf16_amx();
+// AttentionArgs::allow_amx as the environment sets it: false when TBOOST_ATTN_AMX is "0".
+bool attention_amx_allowed();
 
 // Attention backward (src/kernels/cpu/attention_backward.cc). f: the forward's arguments with
 // its outputs o and lse as inputs (not paged, no context_lens); dout like o; dq like q (dtype),

@@ -243,6 +243,7 @@ AttentionArgs attn_args(DType dt, const void* o, const float* lse, const void* q
   // As the SelfAttention op: the bf16 pair path's emulation, forced (tests) where the CPU has
   // no vdpbf16ps.
   a.force_bf16_pairs = std::getenv("TBOOST_ATTN_BF16_PAIRS") != nullptr;
+  a.allow_amx = attention_amx_allowed();
   return a;
 }
 

@@ -1,0 +1,118 @@
+// AMX bf16 tile products (amx.h). Our own rather than oneDNN's: the attention prefill runs
+// two small products per (query tile, key block) with its online softmax in between, and a
+// library call per product costs more than the product (the same reason its vector
+// micro-kernels are ours).
+#include "src/kernels/cpu/amx.h"
+
+#include "tboost/core/cpu_features.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TBOOST_AMX 1
+#else
+#define TBOOST_AMX 0
+#endif
+#if TBOOST_AMX && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include <cstdlib>
+
+namespace tboost::kernels {
+namespace {
+
+#if TBOOST_AMX && defined(__linux__)
+bool request_amx() {
+  const CpuFeatures& f = cpu_features();
+  if (!f.amx_tile || !f.amx_bf16 || !f.avx512_bf16) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const unsigned long long xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+  constexpr unsigned long long kTileState = (1ull << 17) | (1ull << 18);
+  if ((xcr0 & kTileState) != kTileState) return false;
+  // Linux 5.16+ keeps the 8 KiB tile data out of a process's state until it asks for it.
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+#else
+bool request_amx() { return false; }
+#endif
+
+}  // namespace
+
+bool amx_bf16_usable() {
+  static const bool ok = request_amx();
+  return ok;
+}
+
+#if TBOOST_AMX
+#define TBOOST_AMX_ATTR __attribute__((target("amx-tile,amx-bf16")))
+
+namespace {
+// Palette 1: rows and bytes per row of each tile register.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+}  // namespace
+
+TBOOST_AMX_ATTR void amx_begin() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
+  // Not _tile_loadconfig: g++ 12's version names only the first 8 bytes of the configuration
+  // as its operand, so the stores of the rest were dropped as dead.
+  __asm__ volatile("ldtilecfg %0" : : "m"(c));
+}
+
+TBOOST_AMX_ATTR void amx_end() { _tile_release(); }
+
+// Tiles 0-3 hold C's 2 x 2 blocks of 16 x 16 f32, 4-5 A's two row halves (16 x 32 bf16), 6-7 B's
+// two column halves (16 pair rows x 16 pairs): each loaded tile serves two products.
+TBOOST_AMX_ATTR void amx_gemm32(const uint16_t* A, int64_t lda, const uint32_t* B, int64_t ldb,
+                                int64_t K, float* C, int64_t ldc, int64_t nb, bool accumulate) {
+  const char* a = reinterpret_cast<const char*>(A);
+  const char* b = reinterpret_cast<const char*>(B);
+  const int64_t ldcb = ldc * static_cast<int64_t>(sizeof(float));
+  for (int64_t n = 0; n < nb; ++n) {
+    float* c = C + n * 32;
+    if (accumulate) {
+      _tile_loadd(0, c, ldcb);
+      _tile_loadd(1, c + 16, ldcb);
+      _tile_loadd(2, c + 16 * ldc, ldcb);
+      _tile_loadd(3, c + 16 * ldc + 16, ldcb);
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    for (int64_t k = 0; k < K; k += 32) {
+      _tile_loadd(4, a + k * 2, lda);
+      _tile_loadd(5, a + 16 * lda + k * 2, lda);
+      const char* bk = b + (k / 2) * ldb + n * 128;
+      _tile_loadd(6, bk, ldb);
+      _tile_loadd(7, bk + 64, ldb);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, ldcb);
+    _tile_stored(1, c + 16, ldcb);
+    _tile_stored(2, c + 16 * ldc, ldcb);
+    _tile_stored(3, c + 16 * ldc + 16, ldcb);
+  }
+}
+#else
+void amx_begin() { std::abort(); }
+void amx_end() { std::abort(); }
+void amx_gemm32(const uint16_t*, int64_t, const uint32_t*, int64_t, int64_t, float*, int64_t,
+                int64_t, bool) {
+  std::abort();
+}
+#endif
+
+}  // namespace tboost::kernels
