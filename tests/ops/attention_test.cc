@@ -197,7 +197,9 @@ std::string cfg_name(const AttnCfg& c) {
   if (c.mask == MaskKind::kSqSk) s += "_mask2d";
   if (c.mask == MaskKind::kBatch) s += "_maskB";
   if (c.mask == MaskKind::kOne) s += "_mask1";
-  if (c.scale != 0.0f) s += "_scale" + std::to_string(static_cast<int>(c.scale * 1000));
+  if (c.scale != 0.0f)
+    s += std::string(c.scale < 0.0f ? "_scalem" : "_scale") +
+         std::to_string(static_cast<int>(std::abs(c.scale) * 1000));
   if (c.strided) s += "_strided";
   s += "_t" + std::to_string(c.threads);
   return s;
@@ -409,6 +411,9 @@ std::vector<CaseSpec> self_attention_cases() {
   add({.Sq = 50, .Sk = 50, .Hq = 2, .Hkv = 2, .D = 64, .causal = true, .scale = 0.3f});
   add({.dtype = bf16, .Sq = 50, .Sk = 50, .Hq = 2, .Hkv = 1, .D = 32, .scale = 0.75f,
        .threads = 2});
+  add({.dtype = bf16, .Sq = 70, .Sk = 70, .Hq = 2, .Hkv = 2, .D = 64, .causal = true,
+       .scale = -12.0f});  // a negative scale, large enough that a max taken as if
+                            // it were positive would overflow 2^x
   // Cross attention. Sq > Sk with causal: the first Sq - Sk queries see no key.
   add({.B = 2, .Sq = 50, .Sk = 20, .Hq = 2, .Hkv = 1, .D = 64, .causal = true, .threads = 2});
   add({.dtype = bf16, .layout = L::kBNSD, .Sq = 40, .Sk = 16, .Hq = 4, .Hkv = 2, .D = 40,
@@ -856,7 +861,9 @@ std::string cfg_name(const PagedCfg& c) {
   if (c.Dv) s += "v" + std::to_string(c.Dv);
   s += (c.paged ? "_bs" : "_cap") + std::to_string(c.block_size);
   if (c.wl >= 0) s += "_wl" + std::to_string(c.wl);
-  if (c.scale != 0.0f) s += "_scale" + std::to_string(static_cast<int>(c.scale * 1000));
+  if (c.scale != 0.0f)
+    s += std::string(c.scale < 0.0f ? "_scalem" : "_scale") +
+         std::to_string(static_cast<int>(std::abs(c.scale) * 1000));
   if (c.strided) s += "_strided";
   if (c.strided_cache) s += "_stridedcache";
   s += "_t" + std::to_string(c.threads);
@@ -1228,6 +1235,22 @@ TEST(SelfAttentionOp, Bf16PairPathMatchesFloat64Reference) {
       ++ran;
     }
   unsetenv("TBOOST_ATTN_BF16_PAIRS");
+  EXPECT_GT(ran, 10);
+}
+
+// TBOOST_ATTN_AMX=0: on a CPU with AMX, bf16 prefill then runs as it does without (vector
+// products); elsewhere this repeats the default path.
+TEST(SelfAttentionOp, Bf16WithoutAmxMatchesFloat64Reference) {
+  setenv("TBOOST_ATTN_AMX", "0", 1);
+  int ran = 0;
+  for (const auto& cases : {self_attention_cases(), paged_attention_cases()})
+    for (const CaseSpec& c : cases) {
+      if (c.name.find("bf16") == std::string::npos) continue;
+      SCOPED_TRACE(c.name);
+      run_case(c);
+      ++ran;
+    }
+  unsetenv("TBOOST_ATTN_AMX");
   EXPECT_GT(ran, 10);
 }
 
