@@ -144,6 +144,7 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "bench/bench.h"
+#include "src/kernels/cpu/amx.h"
 #include "tboost/core/cpu_features.h"
 #include "tboost/core/tensor.h"
 
@@ -182,6 +183,31 @@ void read_kernel(const void* in, int64_t bytes, int threads) {
 
 void read_tensors(const std::vector<Tensor>& ts, int threads) {
   for (const Tensor& t : ts) read_kernel(t.data(), static_cast<int64_t>(t.nbytes()), threads);
+}
+
+// FLOPs of iters/2048 AMX products C (32 x 32) += A (32 x 256) · B on this thread's tiles, all in
+// L1 (A and B 16 KiB each): the tile unit's rate with its operand loads, as the attention
+// kernels run it.
+double AmxLoop(int64_t iters, float* sink) {
+  constexpr int64_t K = 256;
+  struct alignas(64) Tiles {
+    uint16_t a[32 * K];
+    uint32_t b[K / 2 * 32];
+    float c[32 * 32];
+  };
+  static thread_local Tiles t = [] {
+    Tiles x{};
+    std::fill(std::begin(x.a), std::end(x.a), uint16_t{0x3c00});  // bf16 2^-7
+    std::fill(std::begin(x.b), std::end(x.b), 0x3c003c00u);
+    return x;
+  }();
+  const int64_t calls = std::max<int64_t>(1, iters / 2048);
+  kernels::amx_begin();
+  for (int64_t i = 0; i < calls; ++i)
+    kernels::amx_gemm32(t.a, K * 2, t.b, 32 * 4, K, t.c, 32, 1, i > 0);
+  kernels::amx_end();
+  sink[0] += t.c[0];
+  return 2.0 * 32 * 32 * K * static_cast<double>(calls);
 }
 
 Limits measure_limits(int threads, bool quick) {
@@ -236,6 +262,7 @@ Limits measure_limits(int threads, bool quick) {
         peak([](int64_t it, float* sk) { return HWY_DYNAMIC_DISPATCH(Bf16DotLoop)(it, sk); });
     if (bf16 > 0) l.bf16_gflops = bf16;
   }
+  if (kernels::amx_bf16_usable()) l.amx_bf16_gflops = peak(AmxLoop);
   return l;
 }
 

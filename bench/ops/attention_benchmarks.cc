@@ -95,11 +95,17 @@ struct UnfusedAttention {
   double working_bytes() const { return static_cast<double>(s.nbytes()); }
 };
 
-// bf16_dot: whether the bf16 kernel dots pairs with vdpbf16ps (its floor is then that
-// instruction's peak, else the FMA peak).
+// The peak bf16 prefill is rated against: the AMX tile peak where it runs on AMX, vdpbf16ps's
+// where it dots pairs with that, else the f32 FMA peak (it widens to f32).
+double prefill_bf16_peak(const Runner& R) {
+  if (kernels::attention_prefill_bf16_amx() && R.lim.amx_bf16_gflops > 0)
+    return R.lim.amx_bf16_gflops;
+  return kernels::attention_prefill_bf16_dot() ? R.lim.bf16_gflops : R.lim.fma_gflops;
+}
+
+// bf16_peak: the GFLOP/s bf16 rows are rated against (f32 rows: the FMA peak).
 Result attention_row(Runner& R, const std::string& name, DType dt, const Timing& t, double flops,
-                     double bytes, double work,
-                     bool bf16_dot = kernels::attention_prefill_bf16_dot()) {
+                     double bytes, double work, double bf16_peak) {
   Result r;
   r.name = name;
   r.dtype = dtype_name(dt);
@@ -108,7 +114,7 @@ Result attention_row(Runner& R, const std::string& name, DType dt, const Timing&
   r.flops = flops;
   r.bytes = bytes;
   r.gflops = flops / t.median / 1e9;
-  const double peak = dt == DType::kBF16 && bf16_dot ? R.lim.bf16_gflops : R.lim.fma_gflops;
+  const double peak = dt == DType::kBF16 ? bf16_peak : R.lim.fma_gflops;
   r.floor_fraction = std::max(flops / (peak * 1e9), bytes / (R.lim.copy_gbps * 1e9)) / t.median;
   r.working_bytes = work;
   return r;
@@ -166,7 +172,10 @@ void prefill_cases(Runner& R) {
       const double budget = T >= 8192 ? 0.1 : 2.0 * R.budget();
       const int runs = T >= 8192 ? 2 : 20;
       const char* bf16_path =
-          kernels::attention_prefill_bf16_dot() && sh.D % 2 == 0
+          kernels::attention_prefill_bf16_amx()
+              ? "AMX tiles (tdpbf16ps) for both products, f32 accumulation; rated against the "
+                "AMX peak"
+          : kernels::attention_prefill_bf16_dot() && sh.D % 2 == 0
               ? "bf16 pair products (vdpbf16ps), f32 accumulation"
           : cpu_features().avx512_bf16
               ? "bf16 widened to f32 FMAs (vdpbf16ps runs at half their rate on this CPU)"
@@ -174,7 +183,7 @@ void prefill_cases(Runner& R) {
       auto vs_unfused = [&](const std::string& name, DType dt, Call& call, double bytes) {
         const auto [f, u] = time_pair([&] { call(R.ctx); }, unfused, budget, runs);
         const double work = static_cast<double>(call.ws_size);
-        Result r = attention_row(R, name, dt, f, flops, bytes, work);
+        Result r = attention_row(R, name, dt, f, flops, bytes, work, prefill_bf16_peak(R));
         r.baseline = "unfused";
         r.speedup_vs_baseline = u.median / f.median;
         // Unfused traffic: q, k, v, o once (f32), plus S written and read back twice.
@@ -197,7 +206,7 @@ void prefill_cases(Runner& R) {
         const auto [b, f] =
             time_pair([&] { (*b16.call)(R.ctx); }, [&] { (*f32.call)(R.ctx); }, budget, runs);
         Result r = attention_row(R, nvs, DType::kBF16, b, flops, bytes32 / 2.0,
-                                 static_cast<double>(b16.call->ws_size));
+                                 static_cast<double>(b16.call->ws_size), prefill_bf16_peak(R));
         r.baseline = "f32";
         r.speedup_vs_baseline = f.median / b.median;
         r.bytes_ratio_vs_baseline = 0.5;
@@ -401,7 +410,7 @@ void backward_cases(Runner& R) {
     const double bytes = 2.0 * static_cast<double>(M) * (2.0 * QW + 2.0 * sh.H * sh.D);
     Result r = attention_row(R, name, DType::kBF16, tb, flops, bytes,
                              static_cast<double>(kernels::attention_backward_workspace(b16.b)),
-                             cpu_features().avx512_bf16);
+                             cpu_features().avx512_bf16 ? R.lim.bf16_gflops : R.lim.fma_gflops);
     r.baseline = "f32";
     r.speedup_vs_baseline = tf.median / tb.median;
     r.bytes_ratio_vs_baseline = 0.5;

@@ -662,16 +662,24 @@ std::vector<Result> run_op_benchmarks(const Options& opt,
     f.floor_fraction = 1.0;
     f.note = "isa " + Context::kernel_isa();
     R.emit(f);
-    // The bf16 floor is derived, not measured: we have no bf16 dot loop to time yet.
     Result b;
     b.name = "limits_bf16_peak";
     b.dtype = "bf16";
     b.gflops = R.lim.bf16_gflops;
     b.floor_fraction = 1.0;
     b.note = cpu_features().avx512_bf16
-                 ? "derived: 2x the measured f32 FMA peak (vdpbf16ps), not measured"
-                 : "derived: = the f32 FMA peak (no bf16 dot instruction; bf16 computes in f32)";
+                 ? "a vdpbf16ps loop"
+                 : "= the f32 FMA peak (no bf16 dot instruction; bf16 computes in f32)";
     R.emit(b);
+    if (R.lim.amx_bf16_gflops > 0) {
+      Result x;
+      x.name = "limits_amx_bf16_peak";
+      x.dtype = "bf16";
+      x.gflops = R.lim.amx_bf16_gflops;
+      x.floor_fraction = 1.0;
+      x.note = "AMX tdpbf16ps products of 32 x 32 x 256 on L1-resident tiles, loads included";
+      R.emit(x);
+    }
   }
   memory_bound_ops(R);
   fused_chains(R);

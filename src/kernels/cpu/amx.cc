@@ -69,6 +69,8 @@ TBOOST_AMX_ATTR void amx_begin() {
 
 TBOOST_AMX_ATTR void amx_end() { _tile_release(); }
 
+// Out of line, in its own file, on purpose: g++'s tile-load intrinsics name no memory operand,
+// so only a call boundary guarantees the caller's stores to A, B and C are done before them.
 // Tiles 0-3 hold C's 2 x 2 blocks of 16 x 16 f32, 4-5 A's two row halves (16 x 32 bf16), 6-7 B's
 // two column halves (16 pair rows x 16 pairs): each loaded tile serves two products.
 TBOOST_AMX_ATTR void amx_gemm32(const uint16_t* A, int64_t lda, const uint32_t* B, int64_t ldb,
