@@ -40,7 +40,7 @@ struct Limits {
   double fma_gflops = 0.0;    // f32 FMA peak (vector width of the dispatched target)
   // bf16 dot peak: a vdpbf16ps loop where AVX512_BF16 exists, else the f32 peak.
   double bf16_gflops = 0.0;
-  // AMX bf16 tile peak: amx_gemm32 on L1-resident tiles where AMX is usable, else 0.
+  // AMX bf16 tile peak: amx_gemm on L1-resident tiles where AMX is usable, else 0.
   double amx_bf16_gflops = 0.0;
 };
 Limits measure_limits(int threads, bool quick);

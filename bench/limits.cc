@@ -204,7 +204,7 @@ double AmxLoop(int64_t iters, float* sink) {
   const int64_t calls = std::max<int64_t>(1, iters / 2048);
   kernels::amx_begin();
   for (int64_t i = 0; i < calls; ++i)
-    kernels::amx_gemm32(t.a, K * 2, t.b, 32 * 4, K, t.c, 32, 1, i > 0);
+    kernels::amx_gemm(t.a, K * 2, 2, t.b, 32 * 4, 2, K, t.c, 32, i > 0);
   kernels::amx_end();
   sink[0] += t.c[0];
   return 2.0 * 32 * 32 * K * static_cast<double>(calls);

@@ -69,50 +69,79 @@ TBOOST_AMX_ATTR void amx_begin() {
 
 TBOOST_AMX_ATTR void amx_end() { _tile_release(); }
 
+namespace {
+// One block of C: MR x NR tiles of 16 x 16 (MR, NR <= 2). Tiles 0-3 hold C (tile 2r + c), 4-5
+// A's row tiles, 6-7 B's column tiles: with 2 x 2 each loaded tile serves two products.
+template <int MR, int NR>
+TBOOST_AMX_ATTR inline void Block(const char* a, int64_t lda, const char* b, int64_t ldb, int64_t K,
+                                  float* c, int64_t ldc, bool accumulate) {
+  const int64_t ldcb = ldc * static_cast<int64_t>(sizeof(float));
+  float* c1 = c + 16 * ldc;  // second row tile
+  if (accumulate) {
+    _tile_loadd(0, c, ldcb);
+    if constexpr (NR == 2) _tile_loadd(1, c + 16, ldcb);
+    if constexpr (MR == 2) _tile_loadd(2, c1, ldcb);
+    if constexpr (MR == 2 && NR == 2) _tile_loadd(3, c1 + 16, ldcb);
+  } else {
+    _tile_zero(0);
+    if constexpr (NR == 2) _tile_zero(1);
+    if constexpr (MR == 2) _tile_zero(2);
+    if constexpr (MR == 2 && NR == 2) _tile_zero(3);
+  }
+  for (int64_t k = 0; k < K; k += 32) {
+    const char* bk = b + (k / 2) * ldb;
+    _tile_loadd(4, a + k * 2, lda);
+    _tile_loadd(6, bk, ldb);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NR == 2) {
+      _tile_loadd(7, bk + 64, ldb);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (MR == 2) {
+      _tile_loadd(5, a + 16 * lda + k * 2, lda);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (NR == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, ldcb);
+  if constexpr (NR == 2) _tile_stored(1, c + 16, ldcb);
+  if constexpr (MR == 2) _tile_stored(2, c1, ldcb);
+  if constexpr (MR == 2 && NR == 2) _tile_stored(3, c1 + 16, ldcb);
+}
+}  // namespace
+
 // Out of line, in its own file, on purpose: g++'s tile-load intrinsics name no memory operand,
 // so only a call boundary guarantees the caller's stores to A, B and C are done before them.
-// Tiles 0-3 hold C's 2 x 2 blocks of 16 x 16 f32, 4-5 A's two row halves (16 x 32 bf16), 6-7 B's
-// two column halves (16 pair rows x 16 pairs): each loaded tile serves two products.
-TBOOST_AMX_ATTR void amx_gemm32(const uint16_t* A, int64_t lda, const uint32_t* B, int64_t ldb,
-                                int64_t K, float* C, int64_t ldc, int64_t nb, bool accumulate) {
+TBOOST_AMX_ATTR void amx_gemm(const uint16_t* A, int64_t lda, int64_t mt, const uint32_t* B,
+                              int64_t ldb, int64_t nt, int64_t K, float* C, int64_t ldc,
+                              bool accumulate) {
   const char* a = reinterpret_cast<const char*>(A);
   const char* b = reinterpret_cast<const char*>(B);
-  const int64_t ldcb = ldc * static_cast<int64_t>(sizeof(float));
-  for (int64_t n = 0; n < nb; ++n) {
-    float* c = C + n * 32;
-    if (accumulate) {
-      _tile_loadd(0, c, ldcb);
-      _tile_loadd(1, c + 16, ldcb);
-      _tile_loadd(2, c + 16 * ldc, ldcb);
-      _tile_loadd(3, c + 16 * ldc + 16, ldcb);
-    } else {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+  for (int64_t n = 0; n < nt; n += 2) {
+    const bool n2 = n + 1 < nt;
+    for (int64_t m = 0; m < mt; m += 2) {
+      const char* am = a + m * 16 * lda;
+      const char* bn = b + n * 64;
+      float* c = C + m * 16 * ldc + n * 16;
+      if (m + 1 < mt) {
+        if (n2)
+          Block<2, 2>(am, lda, bn, ldb, K, c, ldc, accumulate);
+        else
+          Block<2, 1>(am, lda, bn, ldb, K, c, ldc, accumulate);
+      } else {
+        if (n2)
+          Block<1, 2>(am, lda, bn, ldb, K, c, ldc, accumulate);
+        else
+          Block<1, 1>(am, lda, bn, ldb, K, c, ldc, accumulate);
+      }
     }
-    for (int64_t k = 0; k < K; k += 32) {
-      _tile_loadd(4, a + k * 2, lda);
-      _tile_loadd(5, a + 16 * lda + k * 2, lda);
-      const char* bk = b + (k / 2) * ldb + n * 128;
-      _tile_loadd(6, bk, ldb);
-      _tile_loadd(7, bk + 64, ldb);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, c, ldcb);
-    _tile_stored(1, c + 16, ldcb);
-    _tile_stored(2, c + 16 * ldc, ldcb);
-    _tile_stored(3, c + 16 * ldc + 16, ldcb);
   }
 }
 #else
 void amx_begin() { std::abort(); }
 void amx_end() { std::abort(); }
-void amx_gemm32(const uint16_t*, int64_t, const uint32_t*, int64_t, int64_t, float*, int64_t,
-                int64_t, bool) {
+void amx_gemm(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, int64_t, int64_t, float*,
+              int64_t, bool) {
   std::abort();
 }
 #endif

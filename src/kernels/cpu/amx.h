@@ -1,5 +1,5 @@
-// AMX bf16 tile products (Intel Sapphire Rapids and later): the one matrix product shape the
-// bf16 attention prefill needs, run on the tile unit. Plain functions outside Highway's
+// AMX bf16 tile products (Intel Sapphire Rapids and later): the matrix products of the bf16
+// attention kernels, run on the tile unit. Plain functions outside Highway's
 // per-target objects: only this file's code is compiled for AMX, and callers check
 // amx_bf16_usable() first.
 #pragma once
@@ -14,16 +14,16 @@ namespace tboost::kernels {
 // the whole process). False on every other CPU and OS.
 bool amx_bf16_usable();
 
-// Loads, on the calling thread, the tile configuration amx_gemm32 uses (all 8 tiles 16 rows of
+// Loads, on the calling thread, the tile configuration amx_gemm uses (all 8 tiles 16 rows of
 // 64 bytes); amx_end() releases the tiles. Call both on the thread that runs the products.
 void amx_begin();
 void amx_end();
 
-// C (32 x 32·nb f32, ldc floats apart) = (accumulate ? C : 0) + A · B, where A is 32 rows of K
-// bf16 values (lda bytes apart) and B holds K/2 rows of 32·nb bf16 pairs (ldb bytes apart; pair
-// (B[2p][n], B[2p+1][n]) in one u32, the even element in the low half). K is a multiple of 32;
-// products and sums in f32, in the tile unit's order. Between amx_begin() and amx_end().
-void amx_gemm32(const uint16_t* A, int64_t lda, const uint32_t* B, int64_t ldb, int64_t K, float* C,
-                int64_t ldc, int64_t nb, bool accumulate);
+// C (16·mt x 16·nt f32, ldc floats apart) = (accumulate ? C : 0) + A · B, where A is 16·mt rows
+// of K bf16 values (lda bytes apart) and B holds K/2 rows of 16·nt bf16 pairs (ldb bytes apart;
+// pair (B[2p][n], B[2p+1][n]) in one u32, the even element in the low half). K is a multiple of
+// 32; products and sums in f32, in the tile unit's order. Between amx_begin() and amx_end().
+void amx_gemm(const uint16_t* A, int64_t lda, int64_t mt, const uint32_t* B, int64_t ldb,
+              int64_t nt, int64_t K, float* C, int64_t ldc, bool accumulate);
 
 }  // namespace tboost::kernels

@@ -773,7 +773,7 @@ void FlashChunkAmx(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_
       const int64_t i0 = c0 + t * br, nqt = std::min(br, c0 + nq - i0);
       const int64_t nkt = std::min(nk, hi[t] + 1 - jb), ncol = RoundUp(nkt, 32);
       float* ot = s.ot + t * br * Dvp;
-      amx_gemm32(s.qb + t * br * Dp, Dp * 2, s.k2, f.Bcp * 4, Dp, s.st, f.Bcp, ncol / 32, false);
+      amx_gemm(s.qb + t * br * Dp, Dp * 2, 2, s.k2, f.Bcp * 4, ncol / 16, Dp, s.st, f.Bcp, false);
       for (int64_t i = 0; i < br; ++i) {
         uint16_t* prow = s.pb + i * f.Bcp;
         const int64_t q = i0 + i;
@@ -796,7 +796,7 @@ void FlashChunkAmx(const Problem& pb, const Masker& mk, int64_t c0, int64_t max_
             hn::Store(hn::Mul(hn::Load(d, orow + x), al), d, orow + x);
         }
       }
-      amx_gemm32(s.pb, f.Bcp * 2, s.v2, Dvp * 4, ncol, ot, Dvp, Dvp / 32, true);
+      amx_gemm(s.pb, f.Bcp * 2, 2, s.v2, Dvp * 4, Dvp / 16, ncol, ot, Dvp, true);
     }
   }
   amx_end();
