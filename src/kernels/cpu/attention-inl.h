@@ -293,13 +293,33 @@ inline int64_t ChunksOf(int64_t n, int64_t chunk = kDecodeChunk) {
 inline int64_t ChunksBound(const AttentionArgs& a) {
   return a.sq_is_bound ? ChunksOf(a.sk) + a.batch : a.batch * ChunksOf(a.sk);
 }
+// The AMX decode's scratch (attention_decode.cc, AVX-512 objects only): kv heads per task with
+// 2+ rows each, keys per P·V piece, and the bf16 weights' row stride (a piece may read up to
+// 32 past a span's keys, where they are 0).
+constexpr int64_t kAmxDecodeHeads = kDecodeTaskRows / 2;
+constexpr int64_t kAmxPiece = 64;
+constexpr int64_t kAmxLdp = kDecodeSub + 32;
+inline size_t AmxDecodeScratchBytes(int64_t D, int64_t Dv) {
+#if HWY_TARGET == HWY_AVX3
+  const size_t u = sizeof(uint32_t);
+  return Align64(static_cast<size_t>(kAmxDecodeHeads * D / 2 * 16) * u) +  // q2t
+         Align64(32 * 16 * sizeof(float)) +                                  // ct
+         Align64(static_cast<size_t>(16 * kAmxLdp) * sizeof(uint16_t)) +     // pa
+         Align64(static_cast<size_t>(kAmxPiece / 2 * Dv) * u) +             // v2
+         Align64(static_cast<size_t>(16 * Dv) * sizeof(float));              // acc
+#else
+  (void)D, (void)Dv;
+  return 0;
+#endif
+}
 inline size_t DecodeScratchBytes(const AttentionArgs& a) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t G = kDecodeTaskRows, f = sizeof(float);
   return Align64(static_cast<size_t>(G * RoundUp(a.head_dim, N) * f)) +
          Align64(static_cast<size_t>(G * kDecodeSub * f)) +
          Align64(static_cast<size_t>(std::max(a.head_dim, a.v_head_dim) * f)) +
-         Align64(static_cast<size_t>(G * kDecodeSub) * sizeof(uint16_t)) + 64;
+         Align64(static_cast<size_t>(G * kDecodeSub) * sizeof(uint16_t)) +
+         AmxDecodeScratchBytes(a.head_dim, a.v_head_dim) + 64;
 }
 inline size_t PartialBytes(const AttentionArgs& a) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));

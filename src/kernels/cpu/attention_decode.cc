@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hwy/highway.h"
+#include "src/kernels/cpu/amx.h"
 #include "src/kernels/cpu/attention-inl.h"
 #include "src/kernels/cpu/hwy_util-inl.h"
 #include "src/kernels/cpu/kernels.h"
@@ -34,6 +35,12 @@ struct DecodeScratch {
   float* s;      // G x kDecodeSub
   float* row;    // max(D, Dv)
   uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp)
+  // AMX (AmxScores, AmxPv; AVX-512 objects only):
+  uint32_t* q2t;  // kAmxDecodeHeads x D/2 x 16: each head's query rows as pair columns
+  float* ct;      // 32 x 16: scores of 32 keys (rows) for 16 query columns
+  uint16_t* pa;   // 16 x kAmxLdp: one head's softmax weights as bf16, rows past G zero
+  uint32_t* v2;   // kAmxPiece/2 x Dv: value row pairs, interleaved in lane order
+  float* acc;     // 16 x Dv: one span's P·V for one head, lane order
 };
 
 // Decode is bound by DRAM, and how the cache is walked decides how fast it streams (bench/
@@ -1064,11 +1071,102 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
   }
 }
 
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+// ---- AMX: bf16 q and cache, 2+ query rows per kv head -------------------------------------
+// Where the CPU has AMX tiles (amx.h), both products of a bf16 decode with several query rows
+// per kv head run on them: vdpbf16ps does 32 multiply-adds per instruction, at half the FMA
+// rate on Intel, so there decode with 4 or more rows per key was bound by its dots (bf16 GQA-4
+// at 0.60 of the read), where tdpbf16ps does 8192.
+// Scores: Sᵀ (keys x 16 columns) = K rows (read by the tile loads in place, row_bytes apart) ·
+// Q2ᵀ (the head's query rows as pair columns, packed once per task), then gathered into the
+// score rows; the span's keys past its last whole 16 take the vector dots.
+// P·V: O (16 rows x Dv) = P (the head's weights, bf16, rows past G zero) · V2, V2 = pairs of
+// value rows interleaved by unpacklo/hi_epi16, the vector pair P·V's lane order, so PvToNatural
+// serves both; kAmxPiece keys at a time.
+
+// q2t[p][c] = (q_c[2p], q_c[2p+1]) for the head's G query rows (columns G..15 are 0).
+inline void PackQ2T(const DecodeRowInfo* rows, int64_t G, int64_t D, uint32_t* q2t) {
+  std::fill(q2t, q2t + D / 2 * 16, 0u);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t p = 0; p < D / 2; ++p) std::memcpy(q2t + p * 16 + g, rows[g].q + 4 * p, 4);
+}
+
+// out[g·ostride + t] = qscale · (K row t · q_g) for keys t < n16 (a multiple of 16) of rows
+// `row_bytes` apart and the G query rows in q2t. Each key's lines are asked for pf ahead.
+TBOOST_BF16_DOT_ATTR void AmxScores(const char* row, int64_t row_bytes, int64_t n16, int64_t D,
+                                    const uint32_t* q2t, int64_t G, float qscale, float* out,
+                                    int64_t ostride, float* ct, int64_t pf) {
+  const __m512i idx = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
+  const __m512 sc = _mm512_set1_ps(qscale);
+  for (int64_t t = 0; t < n16; t += 32) {
+    const int64_t m = std::min<int64_t>(2, (n16 - t) / 16);
+    for (int64_t r = 0; r < 16 * m; ++r)
+      for (int64_t b = 0; b < D * 2; b += 64) StreamAhead(row + (t + r) * row_bytes + b, pf);
+    amx_gemm(reinterpret_cast<const uint16_t*>(row + t * row_bytes), row_bytes, m, q2t, 64, 1, D,
+             ct, 16, false);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t h = 0; h < m; ++h)
+        _mm512_storeu_ps(out + g * ostride + t + 16 * h,
+                         _mm512_mul_ps(_mm512_i32gather_ps(idx, ct + h * 256 + g, 4), sc));
+  }
+}
+
+// v2[k][c + i] (c a multiple of 32; i < 16 from unpacklo, 16 + i from unpackhi) = pairs of
+// value rows 2k, 2k+1 of n rows (an odd last row pairs with 0); pair rows [n/2, rows) are 0.
+TBOOST_BF16_DOT_ATTR void PackV2Lanes(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
+                                      int64_t rows, uint32_t* v2, int64_t pf) {
+  for (int64_t k = 0; k < rows; ++k) {
+    uint32_t* dst = v2 + k * Dv;
+    if (2 * k >= n) {
+      std::fill(dst, dst + Dv, 0u);
+      continue;
+    }
+    const char* r0 = row + 2 * k * row_bytes;
+    const char* r1 = r0 + row_bytes;
+    const bool odd = 2 * k + 1 < n;
+    for (int64_t c = 0; c < Dv; c += 32) {
+      StreamAhead(r0 + 2 * c, pf);
+      const __m512i a = _mm512_loadu_si512(r0 + 2 * c);
+      __m512i b = _mm512_setzero_si512();
+      if (odd) {
+        StreamAhead(r1 + 2 * c, pf);
+        b = _mm512_loadu_si512(r1 + 2 * c);
+      }
+      _mm512_storeu_si512(dst + c, _mm512_unpacklo_epi16(a, b));
+      _mm512_storeu_si512(dst + c + 16, _mm512_unpackhi_epi16(a, b));
+    }
+  }
+}
+
+// O (lane order, rows g < G at o + g·ostride) += P · V for one head's n value rows (row_bytes
+// apart): s holds its G rows of f32 weights for these keys (sstride apart).
+TBOOST_BF16_DOT_ATTR void AmxPv(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
+                                const float* s, int64_t sstride, int64_t G, float* o,
+                                int64_t ostride, const DecodeScratch& sc, int64_t pf) {
+  const int64_t n32 = RoundUp(n, 32);
+  for (int64_t g = 0; g < G; ++g) {
+    uint16_t* pr = sc.pa + g * kAmxLdp;
+    convert(pr, DType::kBF16, s + g * sstride, DType::kF32, n);  // rounded to nearest even
+    std::fill(pr + n, pr + n32, uint16_t{0});
+  }
+  for (int64_t q0 = 0; q0 < n; q0 += kAmxPiece) {
+    const int64_t np = std::min(kAmxPiece, n - q0), np32 = RoundUp(np, 32);
+    PackV2Lanes(row + q0 * row_bytes, row_bytes, np, Dv, np32 / 2, sc.v2, pf);
+    amx_gemm(sc.pa + q0, kAmxLdp * 2, 1, sc.v2, Dv * 4, Dv / 16, np32, sc.acc, Dv, q0 > 0);
+  }
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t x = 0; x < Dv; x += 16)
+      _mm512_storeu_ps(o + g * ostride + x, _mm512_add_ps(_mm512_loadu_ps(o + g * ostride + x),
+                                                          _mm512_loadu_ps(sc.acc + g * Dv + x)));
+}
+#endif
+
 template <class TK>
 void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_bytes,
                 int64_t v_head_bytes, const DecodeRowInfo* rows, int64_t G, int64_t D, int64_t Dv,
-                int64_t c0, int64_t c1, float qscale, DType qdtype, const DecodeScratch& sc,
-                float* const* part) {
+                int64_t c0, int64_t c1, float qscale, DType qdtype, bool amx_ok,
+                const DecodeScratch& sc, float* const* part) {
   static constexpr auto dots = DotTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
   static constexpr auto axpys = AxpyTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
   const DF d;
@@ -1083,8 +1181,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const bool dp = std::is_same_v<TK, bf16_t> && qdtype == DType::kBF16 && D % 32 == 0 &&
                   cpu_features().avx512_bf16;
   const bool dp_pv = dp && Dv % 32 == 0;
+  // AMX for both products (AmxScores, AmxPv) from 2 query rows per kv head.
+  const bool amx = dp_pv && amx_ok && G >= 2;
 #else
-  const bool dp = false, dp_pv = false;
+  const bool dp = false, dp_pv = false, amx = false;
+  (void)amx_ok;
 #endif
   // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
   // outputs in that order until the task's end.
@@ -1133,6 +1234,13 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       std::fill(pr + 2, pr + 2 + Dvp, 0.0f);
     }
   }
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+  if (amx) {
+    for (int64_t hh = 0; hh < nh; ++hh) PackQ2T(rows + hh * G, G, D, sc.q2t + hh * D / 2 * 16);
+    std::fill(sc.pa, sc.pa + 16 * kAmxLdp, uint16_t{0});
+    amx_begin();
+  }
+#endif
   // Whether the P·V goes over blocks of rows that ask for the next block (RowsAhead): the pair
   // P·V of several passes, the register tiles (AxpySpan).
   const bool v_blocks = dp_pv || AxpyInBlocks(G, Dv);
@@ -1171,8 +1279,16 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
         float* out = sc.s + hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (dp) {
-          dp_dots[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, q2 + hh * Gd * ldq2, ldq2,
-                                               qscale, out, kDecodeSub, pf);
+          int64_t t = 0;
+          if (amx) {
+            t = n / 16 * 16;
+            AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * 16, G, qscale, out,
+                      kDecodeSub, sc.ct, pf);
+          }
+          if (t < n)
+            dp_dots[static_cast<size_t>(Gd - 1)](hrow + t * kr.row_bytes, kr.row_bytes, n - t, D,
+                                                 q2 + hh * Gd * ldq2, ldq2, qscale, out + t,
+                                                 kDecodeSub, pf);
           continue;
         }
 #endif
@@ -1188,7 +1304,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       const int64_t hh = r / G, g = r % G;
       float* srow = sc.s + (hh * Gd + g) * kDecodeSub;
       SoftmaxStep(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
-      if (dp_pv)  // rounded to nearest even
+      if (dp_pv && !amx)  // rounded to nearest even
         convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, srow, DType::kF32, ns);
     }
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
@@ -1210,6 +1326,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
                                hi + 1 - (j + n));
         }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+        if (amx) {
+          AmxPv(hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, G, part[hh] + 2, P, sc, pf);
+          continue;
+        }
         if (dp_pv) {
           dp_axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub,
                                                part[hh] + 2, P, pf, next, next_rows);
@@ -1222,6 +1342,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     });
   }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+  if (amx) amx_end();
   if (dp_pv)  // the pair P·V's outputs from lane order to the natural one
     for (int64_t hh = 0; hh < nh; ++hh)
       for (int64_t g = 0; g < G; ++g) PvToNatural(part[hh] + g * P + 2, Dv);
@@ -1305,6 +1426,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       (reinterpret_cast<uintptr_t>(ws + static_cast<size_t>(std::max(1, a.threads)) * per) + 63) &
       ~uintptr_t{63});
   const float qscale = a.scale * kLog2e;
+  const bool amx_ok = a.allow_amx && amx_bf16_usable();
   // Query rows [r0, r1) of kv head kvh (row hl·sq + i: q head kvh·g + hl, token i).
   auto rows_of = [&](int64_t b, int64_t kvh, const Seq& s, int64_t r0, int64_t r1,
                      DecodeRowInfo* rows) {
@@ -1355,7 +1477,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     }
     const int64_t c0 = std::min(s.sk, c * chunk_keys), c1 = std::min(s.sk, c0 + chunk_keys);
     char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mine) + 63) & ~uintptr_t{63});
-    DecodeScratch sc;
+    DecodeScratch sc{};
     sc.qs = reinterpret_cast<float*>(p);
     p += Align64(static_cast<size_t>(kDecodeTaskRows * RoundUp(D, N)) * sizeof(float));
     sc.s = reinterpret_cast<float*>(p);
@@ -1363,19 +1485,31 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     sc.row = reinterpret_cast<float*>(p);
     p += Align64(static_cast<size_t>(std::max(D, Dv)) * sizeof(float));
     sc.pb = reinterpret_cast<uint16_t*>(p);
+    p += Align64(static_cast<size_t>(kDecodeTaskRows * kDecodeSub) * sizeof(uint16_t));
+    if (AmxDecodeScratchBytes(D, Dv) > 0) {
+      sc.q2t = reinterpret_cast<uint32_t*>(p);
+      p += Align64(static_cast<size_t>(kAmxDecodeHeads * D / 2 * 16) * sizeof(uint32_t));
+      sc.ct = reinterpret_cast<float*>(p);
+      p += Align64(32 * 16 * sizeof(float));
+      sc.pa = reinterpret_cast<uint16_t*>(p);
+      p += Align64(static_cast<size_t>(16 * kAmxLdp) * sizeof(uint16_t));
+      sc.v2 = reinterpret_cast<uint32_t*>(p);
+      p += Align64(static_cast<size_t>(kAmxPiece / 2 * Dv) * sizeof(uint32_t));
+      sc.acc = reinterpret_cast<float*>(p);
+    }
     const KvRows kr = KvOf(a, false, b, kvh0), vr = KvOf(a, true, b, kvh0);
     switch (a.kv_dtype) {
       case DType::kF32:
         DecodeTask<float>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
-                          a.dtype, sc, part);
+                          a.dtype, amx_ok, sc, part);
         break;
       case DType::kBF16:
         DecodeTask<bf16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
-                           a.dtype, sc, part);
+                           a.dtype, amx_ok, sc, part);
         break;
       default:
         DecodeTask<f16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
-                          a.dtype, sc, part);
+                          a.dtype, amx_ok, sc, part);
         break;
     }
     // A sequence of one chunk is finished here: its partials are the result, and the merge
