@@ -950,6 +950,12 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 128, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {77}, .Sq = 2, .Hq = 4, .Hkv = 2, .D = 256,
        .block_size = 16});
+  // bf16 GQA in pages of 64 and 96 keys (the AMX products where the CPU has them: pages of
+  // whole 16-key groups, a page cut at 32 + 2 keys, 2 query tokens per sequence).
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1000, 77}, .Sq = 1, .Hq = 12, .Hkv = 3,
+       .D = 64, .block_size = 64, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 130, 2}, .Sq = 2, .Hq = 8, .Hkv = 2,
+       .D = 128, .block_size = 96, .wl = 300});
   // Chunks of 3 new tokens (causal among them); cache dtype independent of q's.
   add({.cache_dtype = bf16, .ctx = {3, 37, 300}, .Sq = 3, .Hq = 4, .Hkv = 1, .D = 80,
        .threads = 2});

@@ -303,10 +303,10 @@ inline size_t AmxDecodeScratchBytes(int64_t D, int64_t Dv) {
 #if HWY_TARGET == HWY_AVX3
   const size_t u = sizeof(uint32_t);
   return Align64(static_cast<size_t>(kAmxDecodeHeads * D / 2 * 16) * u) +  // q2t
-         Align64(32 * 16 * sizeof(float)) +                                  // ct
-         Align64(static_cast<size_t>(16 * kAmxLdp) * sizeof(uint16_t)) +     // pa
-         Align64(static_cast<size_t>(kAmxPiece / 2 * Dv) * u) +             // v2
-         Align64(static_cast<size_t>(16 * Dv) * sizeof(float));              // acc
+         Align64(32 * 16 * sizeof(float)) +                                // ct
+         Align64(static_cast<size_t>(16 * kAmxLdp) * sizeof(uint16_t)) +   // pa
+         Align64(static_cast<size_t>(kAmxPiece / 2 * Dv) * u) +            // v2
+         Align64(static_cast<size_t>(16 * Dv) * sizeof(float));            // acc
 #else
   (void)D, (void)Dv;
   return 0;
