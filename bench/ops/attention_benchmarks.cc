@@ -320,8 +320,14 @@ void decode_cases(Runner& R) {
         r.gflops = r.flops / per_call / 1e9;
         const double read_gbps = kv_bytes * layers / tr.median / 1e9;
         // The floor is the slower of the read of the caches and their FLOPs at the peak of the
-        // products' dtype (bf16 pair dots for a bf16 model where the CPU has them).
-        const double peak = cdt == DType::kBF16 ? R.lim.bf16_gflops : R.lim.fma_gflops;
+        // products' dtype (bf16 pair dots for a bf16 model where the CPU has them, AMX tiles
+        // where the kernel runs them: up to 8 query rows per kv head and task).
+        const bool amx =
+            cdt == DType::kBF16 && R.lim.amx_bf16_gflops > 0 &&
+            kernels::attention_decode_bf16_amx(std::min<int64_t>(8, sh.H / sh.Hkv), sh.page);
+        const double peak = amx                   ? R.lim.amx_bf16_gflops
+                            : cdt == DType::kBF16 ? R.lim.bf16_gflops
+                                                  : R.lim.fma_gflops;
         const double compute_s = r.flops * layers / (peak * 1e9);
         r.floor_fraction = std::max(tr.median, compute_s) / t.median;
         r.working_bytes = static_cast<double>(calls[0]->ws_size);

@@ -944,6 +944,11 @@ bool attention_prefill_bf16_dot() {
 // "Intel AMX, nineteenth session"); the widened path had run at 1.01-1.07x.
 bool attention_prefill_bf16_amx() { return amx_bf16_usable(); }
 
+// From 2 rows, on contiguous caches and pages of 64 keys or more (attention_decode.cc says why).
+bool attention_decode_bf16_amx(int64_t rows, int64_t block_size) {
+  return amx_bf16_usable() && rows >= 2 && (block_size == 0 || block_size >= 64);
+}
+
 bool attention_amx_allowed() {
   const char* env = std::getenv("TBOOST_ATTN_AMX");
   return !(env && std::strcmp(env, "0") == 0);

@@ -1187,7 +1187,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // caches and pages of kAmxPiece keys or more: with 16-key pages every page paid for a product
   // padded to 32 keys and its own adds into the partials, and bf16 GQA-4 streamed 15% slower
   // than with the vector products (ctx 4096, alternated runs).
-  const bool amx = dp_pv && amx_ok && G >= 2 && (!kr.table || kr.block_size >= kAmxPiece);
+  const bool amx = dp_pv && amx_ok && attention_decode_bf16_amx(G, kr.table ? kr.block_size : 0);
 #else
   const bool dp = false, dp_pv = false, amx = false;
   (void)amx_ok;
@@ -1431,7 +1431,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       (reinterpret_cast<uintptr_t>(ws + static_cast<size_t>(std::max(1, a.threads)) * per) + 63) &
       ~uintptr_t{63});
   const float qscale = a.scale * kLog2e;
-  const bool amx_ok = a.allow_amx && amx_bf16_usable();
+  const bool amx_ok = a.allow_amx;
   // Query rows [r0, r1) of kv head kvh (row hl·sq + i: q head kvh·g + hl, token i).
   auto rows_of = [&](int64_t b, int64_t kvh, const Seq& s, int64_t r0, int64_t r1,
                      DecodeRowInfo* rows) {

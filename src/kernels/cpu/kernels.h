@@ -449,6 +449,10 @@ int64_t attention_kv_block(int64_t head_dim, int64_t v_head_dim);
 bool attention_prefill_bf16_dot();
 // Whether bf16 prefill runs its two products on AMX tiles on this CPU (attention.cc).
 bool attention_prefill_bf16_amx();
+// Whether a bf16 decode (bf16 q and cache, head dims multiples of 32, allow_amx) runs its
+// products on AMX tiles on this CPU, for `rows` query rows per kv head and task (the q heads of
+// a kv head times the new tokens, at most 8) and pages of block_size keys (0: contiguous).
+bool attention_decode_bf16_amx(int64_t rows, int64_t block_size);
 // AttentionArgs::allow_amx as the environment sets it: false when TBOOST_ATTN_AMX is "0".
 bool attention_amx_allowed();
 
