@@ -474,6 +474,10 @@ std::vector<CaseSpec> self_attention_cases() {
   add({.Hq = 8, .Hkv = 1, .D = 64, .q_lens = {1, 3, 2}, .k_lens = {600, 40, 2}, .causal = true,
        .threads = 2});
   add({.dtype = bf16, .Sq = 1, .Sk = 1100, .Hq = 14, .Hkv = 2, .D = 64, .threads = 2});
+  // bf16 with 20 q heads per kv head in a varlen batch of 1 and 2 tokens: 20 and 40 rows, in
+  // groups of 16 where decode runs on AMX (16 + 4, 16 + 16 + 8), else of 8.
+  add({.dtype = bf16, .Hq = 20, .Hkv = 1, .D = 64, .q_lens = {1, 2}, .k_lens = {333, 50},
+       .causal = true, .threads = 2});
   add({.Sq = 1, .Sk = 700, .Hq = 14, .Hkv = 2, .D = 64, .alibi = true});
   add({.dtype = bf16, .B = 2, .Sq = 1, .Sk = 600, .Hq = 6, .Hkv = 2, .D = 128, .threads = 2});
   add({.dtype = f16, .Sq = 1, .Sk = 530, .Hq = 10, .Hkv = 2, .D = 96, .mask = MaskKind::kSqSk,

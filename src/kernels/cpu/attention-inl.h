@@ -297,6 +297,7 @@ inline int64_t ChunksBound(const AttentionArgs& a) {
 // 2+ rows each, keys per P·V piece, and the bf16 weights' row stride (a piece may read up to
 // 32 past a span's keys, where they are 0).
 constexpr int64_t kAmxDecodeHeads = kDecodeTaskRows / 2;
+constexpr int64_t kAmxDecodeRows = 16;  // query rows per kv head and task
 constexpr int64_t kAmxPiece = 64;
 constexpr int64_t kAmxLdp = kDecodeSub + 32;
 inline size_t AmxDecodeScratchBytes(int64_t D, int64_t Dv) {

@@ -1290,10 +1290,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
             AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * 16, G, qscale, out,
                       kDecodeSub, sc.ct, pf);
           }
-          if (t < n)
-            dp_dots[static_cast<size_t>(Gd - 1)](hrow + t * kr.row_bytes, kr.row_bytes, n - t, D,
-                                                 q2 + hh * Gd * ldq2, ldq2, qscale, out + t,
-                                                 kDecodeSub, pf);
+          for (int64_t r = 0; t < n && r < Gd; r += kMaxDecodeRows)  // AMX: up to 16 rows
+            dp_dots[static_cast<size_t>(std::min(kMaxDecodeRows, Gd - r) - 1)](
+                hrow + t * kr.row_bytes, kr.row_bytes, n - t, D, q2 + (hh * Gd + r) * ldq2, ldq2,
+                qscale, out + r * kDecodeSub + t, kDecodeSub, pf);
           continue;
         }
 #endif
@@ -1411,6 +1411,19 @@ int64_t DecodeChunkFor(const AttentionArgs& a, int64_t NG) {
   return kDecodeChunk;
 }
 
+// Query rows per decode task and kv head: kMaxDecodeRows (the vector kernels' widest case), or 16
+// (one AMX tile of query columns) where every task of 2 or more rows runs on AMX. MQA with 32
+// q heads then reads each chunk of its cache twice rather than four times.
+int64_t DecodeGroupRows(const AttentionArgs& a) {
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+  if (a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
+      a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16 && a.allow_amx &&
+      attention_decode_bf16_amx(2, a.block_table ? a.block_size : 0))
+    return kAmxDecodeRows;
+#endif
+  return kMaxDecodeRows;
+}
+
 void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -1419,7 +1432,8 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   if (Gmax == 0) return;  // no query token in any sequence: nothing to write
   // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
   // partials take space for the keys that exist, not for batch x the longest sequence.
-  const int64_t NG = DecodeGroups(Gmax);
+  const int64_t group_rows = DecodeGroupRows(a);
+  const int64_t NG = std::max<int64_t>(1, (Gmax + group_rows - 1) / group_rows);
   const int64_t chunk_keys = DecodeChunkFor(a, NG);
   std::vector<int64_t> first(static_cast<size_t>(a.batch) + 1, 0);
   for (int64_t b = 0; b < a.batch; ++b)
@@ -1471,7 +1485,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     const int64_t b = std::upper_bound(first.begin(), first.end(), chunk) - first.begin() - 1;
     const int64_t c = chunk - first[static_cast<size_t>(b)];
     const Seq s = SeqOf(a, b);
-    const int64_t r0 = grp * kMaxDecodeRows, r1 = std::min(g * s.sq, r0 + kMaxDecodeRows);
+    const int64_t r0 = grp * group_rows, r1 = std::min(g * s.sq, r0 + group_rows);
     if (r0 >= r1) return;  // a shorter sequence of a varlen batch has fewer groups
     const int64_t G = r1 - r0;
     DecodeRowInfo rows[kDecodeTaskRows];
