@@ -98,7 +98,8 @@ struct UnfusedAttention {
 // The peak bf16 prefill is rated against: the AMX tile peak where it runs on AMX, vdpbf16ps's
 // where it dots pairs with that, else the f32 FMA peak (it widens to f32).
 double prefill_bf16_peak(const Runner& R) {
-  if (kernels::attention_prefill_bf16_amx() && R.lim.amx_bf16_gflops > 0)
+  if (kernels::attention_prefill_bf16_amx() && kernels::attention_amx_allowed() &&
+      R.lim.amx_bf16_gflops > 0)
     return R.lim.amx_bf16_gflops;
   return kernels::attention_prefill_bf16_dot() ? R.lim.bf16_gflops : R.lim.fma_gflops;
 }
@@ -172,7 +173,7 @@ void prefill_cases(Runner& R) {
       const double budget = T >= 8192 ? 0.1 : 2.0 * R.budget();
       const int runs = T >= 8192 ? 2 : 20;
       const char* bf16_path =
-          kernels::attention_prefill_bf16_amx()
+          kernels::attention_prefill_bf16_amx() && kernels::attention_amx_allowed()
               ? "AMX tiles (tdpbf16ps) for both products, f32 accumulation; rated against the "
                 "AMX peak"
           : kernels::attention_prefill_bf16_dot() && sh.D % 2 == 0
@@ -321,10 +322,12 @@ void decode_cases(Runner& R) {
         const double read_gbps = kv_bytes * layers / tr.median / 1e9;
         // The floor is the slower of the read of the caches and their FLOPs at the peak of the
         // products' dtype (bf16 pair dots for a bf16 model where the CPU has them, AMX tiles
-        // where the kernel runs them: up to 8 query rows per kv head and task).
+        // where the kernel runs them: bf16 q and cache, head dims multiples of 32, tasks of up
+        // to 16 query rows per kv head).
         const bool amx =
-            cdt == DType::kBF16 && R.lim.amx_bf16_gflops > 0 &&
-            kernels::attention_decode_bf16_amx(std::min<int64_t>(8, sh.H / sh.Hkv), sh.page);
+            cdt == DType::kBF16 && R.lim.amx_bf16_gflops > 0 && sh.D % 32 == 0 &&
+            kernels::attention_amx_allowed() &&
+            kernels::attention_decode_bf16_amx(std::min<int64_t>(16, sh.H / sh.Hkv), sh.page);
         const double peak = amx                   ? R.lim.amx_bf16_gflops
                             : cdt == DType::kBF16 ? R.lim.bf16_gflops
                                                   : R.lim.fma_gflops;

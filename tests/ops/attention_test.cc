@@ -474,10 +474,10 @@ std::vector<CaseSpec> self_attention_cases() {
   add({.Hq = 8, .Hkv = 1, .D = 64, .q_lens = {1, 3, 2}, .k_lens = {600, 40, 2}, .causal = true,
        .threads = 2});
   add({.dtype = bf16, .Sq = 1, .Sk = 1100, .Hq = 14, .Hkv = 2, .D = 64, .threads = 2});
-  // bf16 with 20 q heads per kv head in a varlen batch of 1 and 2 tokens: 20 and 40 rows, in
-  // groups of 16 where decode runs on AMX (16 + 4, 16 + 16 + 8), else of 8.
+  // bf16 with 20 q heads per kv head in a varlen batch of 1 and 2 tokens, ALiBi: 20 and 40
+  // rows, in groups of 16 where decode runs on AMX (16 + 4, 16 + 16 + 8), else of 8.
   add({.dtype = bf16, .Hq = 20, .Hkv = 1, .D = 64, .q_lens = {1, 2}, .k_lens = {333, 50},
-       .causal = true, .threads = 2});
+       .causal = true, .alibi = true, .threads = 2});
   add({.Sq = 1, .Sk = 700, .Hq = 14, .Hkv = 2, .D = 64, .alibi = true});
   add({.dtype = bf16, .B = 2, .Sq = 1, .Sk = 600, .Hq = 6, .Hkv = 2, .D = 128, .threads = 2});
   add({.dtype = f16, .Sq = 1, .Sk = 530, .Hq = 10, .Hkv = 2, .D = 96, .mask = MaskKind::kSqSk,
@@ -958,6 +958,8 @@ std::vector<CaseSpec> paged_attention_cases() {
   // whole 16-key groups, a page cut at 32 + 2 keys, 2 query tokens per sequence).
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1000, 77}, .Sq = 1, .Hq = 12, .Hkv = 3,
        .D = 64, .block_size = 64, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 90}, .Sq = 1, .Hq = 24, .Hkv = 2,
+       .D = 64, .Dv = 128, .block_size = 64, .wl = 200, .threads = 2});  // 12 rows, Dv != D
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 130, 2}, .Sq = 2, .Hq = 8, .Hkv = 2,
        .D = 128, .block_size = 96, .wl = 300});
   // Chunks of 3 new tokens (causal among them); cache dtype independent of q's.

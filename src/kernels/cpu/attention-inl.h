@@ -279,10 +279,6 @@ inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
 // Br queries of one head, so there a decode step (one query per head) would use 1 of its Br rows
 // (MQA decode with 32 q heads ran at 0.01 of the DRAM read that way).
 inline bool UseDecode(const AttentionArgs& a) { return a.sq <= kMaxDecodeRows; }
-// Row groups of a kv head's g·sq query rows (rows hl·sq + i, kMaxDecodeRows per group).
-inline int64_t DecodeGroups(int64_t rows) {
-  return std::max<int64_t>(1, (rows + kMaxDecodeRows - 1) / kMaxDecodeRows);
-}
 // Decode chunks of a sequence with n keys (at least one, so a row that sees nothing still
 // gets its partial written).
 inline int64_t ChunksOf(int64_t n, int64_t chunk = kDecodeChunk) {

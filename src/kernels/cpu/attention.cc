@@ -22,7 +22,8 @@
 // Decode (DecodeTask): with few query tokens per sequence (Sq <= kMaxDecodeRows) a tile of Br
 // queries of one head would be mostly padding and the products would be bound by broadcasts,
 // so each key row is instead streamed once and dotted with every query row of its kv head
-// (GQA heads share the read; more than kMaxDecodeRows rows go in groups, a task each). The keys
+// (GQA heads share the read; more rows than a task takes, kMaxDecodeRows or on AMX
+// kAmxDecodeRows, go in groups, a task each). The keys
 // of each (sequence, kv head) are split into chunks (flash-decoding) so that batch-1 decode
 // keeps every thread busy; the chunks' partial results (max, sum, unnormalized output) are
 // merged by log-sum-exp at the end.
@@ -665,7 +666,8 @@ inline void PackK2(const KvRows& k, int64_t j0, int64_t n, int64_t rows, int64_t
 // ExpPoly<4> (relative error 2.9e-6, far below the bf16 rounding of P that follows). 8
 // instructions against Exp2's 14.
 TBOOST_PAIR_ATTR HWY_INLINE VF Exp2Scalef(VF x) {
-  const __m512 xc = _mm512_max_ps(x.raw, _mm512_set1_ps(-200.0f));
+  // max(-200, x) with x second: vmaxps returns its second operand for a NaN, so NaN propagates.
+  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-200.0f), x.raw);
   const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const VF p = ExpPoly<4, false, true>(DF(), VF{_mm512_sub_ps(xc, n)});
   return VF{_mm512_scalef_ps(p.raw, n)};

@@ -1187,11 +1187,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // caches and pages of kAmxPiece keys or more: with 16-key pages every page paid for a product
   // padded to 32 keys and its own adds into the partials, and bf16 GQA-4 streamed 15% slower
   // than with the vector products (ctx 4096, alternated runs).
-  const bool amx = dp_pv && amx_ok && attention_decode_bf16_amx(G, kr.table ? kr.block_size : 0);
+  // amx_ok: DecodeAmx, which also set the tasks' rows (DecodeForward); one rule for both, so a
+  // task of more than kMaxDecodeRows rows never reaches the vector kernels' tables.
+  const bool amx = amx_ok && G >= 2;
+  HWY_DASSERT(!amx_ok || dp_pv);
 #else
   const bool dp = false, dp_pv = false, amx = false;
   (void)amx_ok;
 #endif
+  HWY_DASSERT(G <= kMaxDecodeRows || amx);
   // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
   // outputs in that order until the task's end.
   const DotFn<TK>* dot_fns = dots.data();
@@ -1411,17 +1415,20 @@ int64_t DecodeChunkFor(const AttentionArgs& a, int64_t NG) {
   return kDecodeChunk;
 }
 
-// Query rows per decode task and kv head: kMaxDecodeRows (the vector kernels' widest case), or 16
-// (one AMX tile of query columns) where every task of 2 or more rows runs on AMX. MQA with 32
-// q heads then reads each chunk of its cache twice rather than four times.
-int64_t DecodeGroupRows(const AttentionArgs& a) {
+// Whether this call's decode tasks of 2 or more query rows run on AMX: bf16 q and cache, head
+// dims multiples of 32 (DecodeTask's pair path, dp_pv) and attention_decode_bf16_amx. Such
+// calls take kAmxDecodeRows (one AMX tile of query columns) rows per task and kv head, others
+// kMaxDecodeRows (the vector kernels' widest case): MQA with 32 q heads then reads each chunk
+// of its cache twice rather than four times.
+bool DecodeAmx(const AttentionArgs& a) {
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-  if (a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
-      a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16 && a.allow_amx &&
-      attention_decode_bf16_amx(2, a.block_table ? a.block_size : 0))
-    return kAmxDecodeRows;
+  return a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
+         a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16 && a.allow_amx &&
+         attention_decode_bf16_amx(2, a.block_table ? a.block_size : 0);
+#else
+  (void)a;
+  return false;
 #endif
-  return kMaxDecodeRows;
 }
 
 void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
@@ -1432,7 +1439,8 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   if (Gmax == 0) return;  // no query token in any sequence: nothing to write
   // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
   // partials take space for the keys that exist, not for batch x the longest sequence.
-  const int64_t group_rows = DecodeGroupRows(a);
+  const bool amx_ok = DecodeAmx(a);
+  const int64_t group_rows = amx_ok ? kAmxDecodeRows : kMaxDecodeRows;
   const int64_t NG = std::max<int64_t>(1, (Gmax + group_rows - 1) / group_rows);
   const int64_t chunk_keys = DecodeChunkFor(a, NG);
   std::vector<int64_t> first(static_cast<size_t>(a.batch) + 1, 0);
@@ -1445,7 +1453,6 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       (reinterpret_cast<uintptr_t>(ws + static_cast<size_t>(std::max(1, a.threads)) * per) + 63) &
       ~uintptr_t{63});
   const float qscale = a.scale * kLog2e;
-  const bool amx_ok = a.allow_amx;
   // Query rows [r0, r1) of kv head kvh (row hl·sq + i: q head kvh·g + hl, token i).
   auto rows_of = [&](int64_t b, int64_t kvh, const Seq& s, int64_t r0, int64_t r1,
                      DecodeRowInfo* rows) {

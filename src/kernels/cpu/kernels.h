@@ -451,7 +451,8 @@ bool attention_prefill_bf16_dot();
 bool attention_prefill_bf16_amx();
 // Whether a bf16 decode (bf16 q and cache, head dims multiples of 32, allow_amx) runs its
 // products on AMX tiles on this CPU, for `rows` query rows per kv head and task (the q heads of
-// a kv head times the new tokens, at most 8) and pages of block_size keys (0: contiguous).
+// a kv head times the new tokens, in tasks of at most 16) and pages of block_size keys (0:
+// contiguous).
 bool attention_decode_bf16_amx(int64_t rows, int64_t block_size);
 // AttentionArgs::allow_amx as the environment sets it: false when TBOOST_ATTN_AMX is "0".
 bool attention_amx_allowed();
