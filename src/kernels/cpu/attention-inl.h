@@ -293,17 +293,17 @@ inline int64_t ChunksBound(const AttentionArgs& a) {
 // 2+ rows each, keys per P·V piece, and the bf16 weights' row stride (a piece may read up to
 // 32 past a span's keys, where they are 0).
 constexpr int64_t kAmxDecodeHeads = kDecodeTaskRows / 2;
-constexpr int64_t kAmxDecodeRows = 16;  // query rows per kv head and task
+constexpr int64_t kAmxDecodeRows = 32;  // query rows per kv head and task: two column tiles
 constexpr int64_t kAmxPiece = 64;
 constexpr int64_t kAmxLdp = kDecodeSub + 32;
 inline size_t AmxDecodeScratchBytes(int64_t D, int64_t Dv) {
 #if HWY_TARGET == HWY_AVX3
   const size_t u = sizeof(uint32_t);
-  return Align64(static_cast<size_t>(kAmxDecodeHeads * D / 2 * 16) * u) +  // q2t
-         Align64(32 * 16 * sizeof(float)) +                                // ct
-         Align64(static_cast<size_t>(16 * kAmxLdp) * sizeof(uint16_t)) +   // pa
-         Align64(static_cast<size_t>(kAmxPiece / 2 * Dv) * u) +            // v2
-         Align64(static_cast<size_t>(16 * Dv) * sizeof(float));            // acc
+  return Align64(static_cast<size_t>(kAmxDecodeHeads * D / 2 * 16) * u) +             // q2t
+         Align64(32 * 16 * sizeof(float)) +                                           // ct
+         Align64(static_cast<size_t>(kAmxDecodeRows * kAmxLdp) * sizeof(uint16_t)) +  // pa
+         Align64(static_cast<size_t>(kAmxPiece / 2 * Dv) * u) +                       // v2
+         Align64(static_cast<size_t>(kAmxDecodeRows * Dv) * sizeof(float));           // acc
 #else
   (void)D, (void)Dv;
   return 0;

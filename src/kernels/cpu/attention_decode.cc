@@ -36,11 +36,11 @@ struct DecodeScratch {
   float* row;    // max(D, Dv)
   uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp)
   // AMX (AmxScores, AmxPv; AVX-512 objects only):
-  uint32_t* q2t;  // kAmxDecodeHeads x D/2 x 16: each head's query rows as pair columns
-  float* ct;      // 16 x 16: scores of 16 keys (rows) for 16 query columns
-  uint16_t* pa;   // 16 x kAmxLdp: one head's softmax weights as bf16, rows past G zero
+  uint32_t* q2t;  // per head D/2 x AmxCols(G): its query rows as pair columns (256 columns)
+  float* ct;      // 16 x AmxCols(G): scores of 16 keys (rows) for the query columns
+  uint16_t* pa;   // kAmxDecodeRows x kAmxLdp: one head's weights as bf16, rows past G zero
   uint32_t* v2;   // kAmxPiece/2 x Dv: value row pairs, interleaved in lane order
-  float* acc;     // 16 x Dv: one span's P·V for one head, lane order
+  float* acc;     // kAmxDecodeRows x Dv: one span's P·V for one head, lane order
 };
 
 // Decode is bound by DRAM, and how the cache is walked decides how fast it streams (bench/
@@ -1084,11 +1084,16 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
 // value rows interleaved by unpacklo/hi_epi16, the vector pair P·V's lane order, so PvToNatural
 // serves both; kAmxPiece keys at a time.
 
-// q2t[p][c] = (q_c[2p], q_c[2p+1]) for the head's G query rows (columns G..15 are 0).
+// Query columns of the AMX products for G rows: one tile (16), or two from 17 rows on.
+constexpr int64_t AmxCols(int64_t G) { return G <= 16 ? 16 : 32; }
+
+// q2t[p][c] = (q_c[2p], q_c[2p+1]) for the head's G query rows, AmxCols(G) columns (those past
+// G are 0).
 inline void PackQ2T(const DecodeRowInfo* rows, int64_t G, int64_t D, uint32_t* q2t) {
-  std::fill(q2t, q2t + D / 2 * 16, 0u);
+  const int64_t cols = AmxCols(G);
+  std::fill(q2t, q2t + D / 2 * cols, 0u);
   for (int64_t g = 0; g < G; ++g)
-    for (int64_t p = 0; p < D / 2; ++p) std::memcpy(q2t + p * 16 + g, rows[g].q + 4 * p, 4);
+    for (int64_t p = 0; p < D / 2; ++p) std::memcpy(q2t + p * cols + g, rows[g].q + 4 * p, 4);
 }
 
 // out[g·ostride + t] = qscale · (K row t · q_g) for keys t < n16 (a multiple of 16) of rows
@@ -1096,9 +1101,10 @@ inline void PackQ2T(const DecodeRowInfo* rows, int64_t G, int64_t D, uint32_t* q
 TBOOST_BF16_DOT_ATTR void AmxScores(const char* row, int64_t row_bytes, int64_t n16, int64_t D,
                                     const uint32_t* q2t, int64_t G, float qscale, float* out,
                                     int64_t ostride, float* ct, int64_t pf) {
+  const int64_t cols = AmxCols(G);
   const __m512i idx =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(16));
+                         _mm512_set1_epi32(static_cast<int>(cols)));
   const __m512 sc = _mm512_set1_ps(qscale);
   // 16 keys per product, their lines asked for just before it (pf ahead): 32 keys per product
   // with the requests for all of them first, or asking 8-16 KiB ahead, streamed 5-20% slower
@@ -1106,8 +1112,8 @@ TBOOST_BF16_DOT_ATTR void AmxScores(const char* row, int64_t row_bytes, int64_t 
   for (int64_t t = 0; t < n16; t += 16) {
     for (int64_t r = 0; r < 16; ++r)
       for (int64_t b = 0; b < D * 2; b += 64) StreamAhead(row + (t + r) * row_bytes + b, pf);
-    amx_gemm(reinterpret_cast<const uint16_t*>(row + t * row_bytes), row_bytes, 1, q2t, 64, 1, D,
-             ct, 16, false);
+    amx_gemm(reinterpret_cast<const uint16_t*>(row + t * row_bytes), row_bytes, 1, q2t, cols * 4,
+             cols / 16, D, ct, cols, false);
     for (int64_t g = 0; g < G; ++g)
       _mm512_storeu_ps(out + g * ostride + t,
                        _mm512_mul_ps(_mm512_i32gather_ps(idx, ct + g, 4), sc));
@@ -1152,10 +1158,11 @@ TBOOST_BF16_DOT_ATTR void AmxPv(const char* row, int64_t row_bytes, int64_t n, i
     convert(pr, DType::kBF16, s + g * sstride, DType::kF32, n);  // rounded to nearest even
     std::fill(pr + n, pr + n32, uint16_t{0});
   }
+  const int64_t mt = AmxCols(G) / 16;  // row tiles of P (its rows past G are 0)
   for (int64_t q0 = 0; q0 < n; q0 += kAmxPiece) {
     const int64_t np = std::min(kAmxPiece, n - q0), np32 = RoundUp(np, 32);
     PackV2Lanes(row + q0 * row_bytes, row_bytes, np, Dv, np32 / 2, sc.v2, pf);
-    amx_gemm(sc.pa + q0, kAmxLdp * 2, 1, sc.v2, Dv * 4, Dv / 16, np32, sc.acc, Dv, q0 > 0);
+    amx_gemm(sc.pa + q0, kAmxLdp * 2, mt, sc.v2, Dv * 4, Dv / 16, np32, sc.acc, Dv, q0 > 0);
   }
   for (int64_t g = 0; g < G; ++g)
     for (int64_t x = 0; x < Dv; x += 16)
@@ -1245,8 +1252,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   if (amx) {
-    for (int64_t hh = 0; hh < nh; ++hh) PackQ2T(rows + hh * G, G, D, sc.q2t + hh * D / 2 * 16);
-    std::fill(sc.pa, sc.pa + 16 * kAmxLdp, uint16_t{0});
+    for (int64_t hh = 0; hh < nh; ++hh)
+      PackQ2T(rows + hh * G, G, D, sc.q2t + hh * D / 2 * AmxCols(G));
+    // P's rows past G (AmxPv rewrites the others)
+    std::fill(sc.pa + G * kAmxLdp, sc.pa + AmxCols(G) * kAmxLdp, uint16_t{0});
     amx_begin();
   }
 #endif
@@ -1291,7 +1300,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           int64_t t = 0;
           if (amx) {
             t = n / 16 * 16;
-            AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * 16, G, qscale, out,
+            AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * AmxCols(G), G, qscale, out,
                       kDecodeSub, sc.ct, pf);
           }
           for (int64_t r = 0; t < n && r < Gd; r += kMaxDecodeRows)  // AMX: up to 16 rows
@@ -1417,9 +1426,9 @@ int64_t DecodeChunkFor(const AttentionArgs& a, int64_t NG) {
 
 // Whether this call's decode tasks of 2 or more query rows run on AMX: bf16 q and cache, head
 // dims multiples of 32 (DecodeTask's pair path, dp_pv) and attention_decode_bf16_amx. Such
-// calls take kAmxDecodeRows (one AMX tile of query columns) rows per task and kv head, others
+// calls take kAmxDecodeRows (two AMX tiles of query columns) rows per task and kv head, others
 // kMaxDecodeRows (the vector kernels' widest case): MQA with 32 q heads then reads each chunk
-// of its cache twice rather than four times.
+// of its cache once rather than four times.
 bool DecodeAmx(const AttentionArgs& a) {
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   return a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
@@ -1518,7 +1527,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       sc.ct = reinterpret_cast<float*>(p);
       p += Align64(32 * 16 * sizeof(float));
       sc.pa = reinterpret_cast<uint16_t*>(p);
-      p += Align64(static_cast<size_t>(16 * kAmxLdp) * sizeof(uint16_t));
+      p += Align64(static_cast<size_t>(kAmxDecodeRows * kAmxLdp) * sizeof(uint16_t));
       sc.v2 = reinterpret_cast<uint32_t*>(p);
       p += Align64(static_cast<size_t>(kAmxPiece / 2 * Dv) * sizeof(uint32_t));
       sc.acc = reinterpret_cast<float*>(p);
