@@ -962,6 +962,13 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 64, .Dv = 128, .block_size = 64, .wl = 200, .threads = 2});  // 12 rows, Dv != D
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 130, 2}, .Sq = 2, .Hq = 8, .Hkv = 2,
        .D = 128, .block_size = 96, .wl = 300});
+  // bf16 GQA of up to 8 rows per kv head, whose AMX P·V reads the value rows in place
+  // (AmxPvRows): head dim 256 (two groups of 4 column tiles) and an odd last 16-key step; 8
+  // rows (2 tokens x 4 heads), Dv = 160 (a group of 4 column tiles and one of 1).
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1300, 45}, .Sq = 1, .Hq = 6, .Hkv = 2,
+       .D = 256, .block_size = 1400, .paged = false, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {600, 71}, .Sq = 2, .Hq = 8, .Hkv = 2,
+       .D = 64, .Dv = 160, .block_size = 64, .threads = 2});
   // Chunks of 3 new tokens (causal among them); cache dtype independent of q's.
   add({.cache_dtype = bf16, .ctx = {3, 37, 300}, .Sq = 3, .Hq = 4, .Hkv = 1, .D = 80,
        .threads = 2});

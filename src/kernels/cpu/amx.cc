@@ -17,6 +17,7 @@
 #include <unistd.h>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace tboost::kernels {
@@ -137,11 +138,83 @@ TBOOST_AMX_ATTR void amx_gemm(const uint16_t* A, int64_t lda, int64_t mt, const 
     }
   }
 }
+namespace {
+// One group of NG (<= 4) column tiles of amx_gemm_rows: C in tiles 0..NG-1, A in 4, B in 5-7.
+template <int NG>
+TBOOST_AMX_ATTR inline void RowsGroup(const char* a, int64_t lda, const char* b, int64_t ldb,
+                                      int64_t steps, const char* tail, int64_t ldt, float* c,
+                                      int64_t ldcb, int64_t pf, int64_t pf_bytes) {
+  _tile_zero(0);
+  if constexpr (NG > 1) _tile_zero(1);
+  if constexpr (NG > 2) _tile_zero(2);
+  if constexpr (NG > 3) _tile_zero(3);
+  const int64_t last = tail ? steps + 1 : steps;
+  for (int64_t s = 0; s < last; ++s) {
+    const char* bs = s < steps ? b + 16 * s * ldb : tail;
+    const int64_t ld = s < steps ? ldb : ldt;
+    if (s < steps)
+      for (int64_t r = 0; r < 16; ++r)
+        for (int64_t x = 0; x < pf_bytes; x += 64) __builtin_prefetch(bs + r * ldb + x + pf, 0, 3);
+    _tile_loadd(4, a + s * 64, lda);
+    _tile_loadd(5, bs, ld);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (NG > 1) {
+      _tile_loadd(6, bs + 64, ld);
+      _tile_dpbf16ps(1, 4, 6);
+    }
+    if constexpr (NG > 2) {
+      _tile_loadd(7, bs + 128, ld);
+      _tile_dpbf16ps(2, 4, 7);
+    }
+    if constexpr (NG > 3) {
+      _tile_loadd(5, bs + 192, ld);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+  }
+  _tile_stored(0, c, ldcb);
+  if constexpr (NG > 1) _tile_stored(1, c + 16, ldcb);
+  if constexpr (NG > 2) _tile_stored(2, c + 32, ldcb);
+  if constexpr (NG > 3) _tile_stored(3, c + 48, ldcb);
+}
+}  // namespace
+
+TBOOST_AMX_ATTR void amx_gemm_rows(const uint16_t* A, int64_t lda, const char* B, int64_t ldb,
+                                   int64_t steps, const char* tail, int64_t ldt, int64_t nt,
+                                   float* C, int64_t ldc, int64_t pf) {
+  const char* a = reinterpret_cast<const char*>(A);
+  const int64_t ldcb = ldc * static_cast<int64_t>(sizeof(float));
+  for (int64_t g = 0; g < nt; g += 4) {
+    // The first group's steps ask for the whole rows (nt·64 bytes); later groups find them in
+    // cache.
+    const int64_t pfb = pf > 0 && g == 0 ? nt * 64 : 0;
+    const char* b = B + g * 64;
+    const char* t = tail ? tail + g * 64 : nullptr;
+    float* c = C + g * 16;
+    switch (std::min<int64_t>(4, nt - g)) {
+      case 1:
+        RowsGroup<1>(a, lda, b, ldb, steps, t, ldt, c, ldcb, pf, pfb);
+        break;
+      case 2:
+        RowsGroup<2>(a, lda, b, ldb, steps, t, ldt, c, ldcb, pf, pfb);
+        break;
+      case 3:
+        RowsGroup<3>(a, lda, b, ldb, steps, t, ldt, c, ldcb, pf, pfb);
+        break;
+      default:
+        RowsGroup<4>(a, lda, b, ldb, steps, t, ldt, c, ldcb, pf, pfb);
+        break;
+    }
+  }
+}
 #else
 void amx_begin() { std::abort(); }
 void amx_end() { std::abort(); }
 void amx_gemm(const uint16_t*, int64_t, int64_t, const uint32_t*, int64_t, int64_t, int64_t, float*,
               int64_t, bool) {
+  std::abort();
+}
+void amx_gemm_rows(const uint16_t*, int64_t, const char*, int64_t, int64_t, const char*, int64_t,
+                   int64_t, float*, int64_t, int64_t) {
   std::abort();
 }
 #endif

@@ -26,4 +26,16 @@ void amx_end();
 void amx_gemm(const uint16_t* A, int64_t lda, int64_t mt, const uint32_t* B, int64_t ldb,
               int64_t nt, int64_t K, float* C, int64_t ldc, bool accumulate);
 
+// C (16 x 16·nt f32, ldc floats apart) = A · B, with B's rows as they lie in memory: K-step s
+// (of `steps`) multiplies A's 32 bf16 columns [32s, 32s + 32) (16 rows, lda bytes apart) by
+// B's 16 rows [16s, 16s + 16) (ldb bytes apart, nt·64 bytes used of each); then, where tail is
+// not null, one more step with A's next 32 columns and the 16 rows at tail (ldt bytes apart).
+// Each product pairs two adjacent bf16 columns of one B row with A's elements 2k and 2k + 1, so
+// a caller keeps each A value at an even or an odd position to reach B's even or odd columns
+// (decode's P·V, attention_decode.cc). Up to 4 column tiles stay in tiles across all steps.
+// pf > 0: each step first asks for its B rows' lines pf bytes ahead. Between amx_begin() and
+// amx_end().
+void amx_gemm_rows(const uint16_t* A, int64_t lda, const char* B, int64_t ldb, int64_t steps,
+                   const char* tail, int64_t ldt, int64_t nt, float* C, int64_t ldc, int64_t pf);
+
 }  // namespace tboost::kernels

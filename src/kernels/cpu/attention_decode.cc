@@ -35,12 +35,14 @@ struct DecodeScratch {
   float* s;      // G x kDecodeSub
   float* row;    // max(D, Dv)
   uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp)
-  // AMX (AmxScores, AmxPv; AVX-512 objects only):
+  // AMX (AmxScores, AmxPv, AmxPvRows; AVX-512 objects only):
   uint32_t* q2t;  // per head D/2 x AmxCols(G): its query rows as pair columns (256 columns)
   float* ct;      // 16 x AmxCols(G): scores of 16 keys (rows) for the query columns
-  uint16_t* pa;   // kAmxDecodeRows x kAmxLdp: one head's weights as bf16, rows past G zero
-  uint32_t* v2;   // kAmxPiece/2 x Dv: value row pairs, interleaved in lane order
-  float* acc;     // kAmxDecodeRows x Dv: one span's P·V for one head, lane order
+  // AmxPv: kAmxDecodeRows x kAmxLdp, one head's weights as bf16, rows past G zero;
+  // AmxPvRows: 16 x kAmxLdp u32 (the same bytes), the weights at even and odd positions
+  uint16_t* pa;
+  uint32_t* v2;  // kAmxPiece/2 x Dv: value row pairs in lane order (AmxPvRows: a span's tail)
+  float* acc;    // kAmxDecodeRows x Dv: one span's P·V for one head (AmxPvRows: 16 x Dv/2)
 };
 
 // Decode is bound by DRAM, and how the cache is walked decides how fast it streams (bench/
@@ -94,7 +96,14 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // 1 KiB rather than 4: alternated in one process from DRAM (ctx 4096, caches over 1 GiB), f32
 // MHA 6-9% faster (4 rounds), bf16 MHA 3-7%, f32 and bf16 GQA-4 0-5%, 16-token pages and
 // GQA-3 at head dim 64 within ±3%; 512 bytes gained less.
-constexpr int64_t kDecodeAheadBytes = TBOOST_DECODE_AVX2 ? 1024 : kStreamAheadBytes;
+// On the Intel Xeon with AMX (AVX-512), 2 KiB rather than 4: alternated in one process from DRAM
+// (ctx 4096, caches over 1 GiB, 2 rounds), bf16 GQA-4 and GQA-8 on AMX 7-12% faster, GQA-8 in
+// 64-key pages 9-10%, bf16 MHA 3-5%; MQA, head dim 64, 16-key pages and f32 within ±4%.
+inline int64_t DecodeAheadBytes() {
+  if (TBOOST_DECODE_AVX2) return 1024;
+  static const int64_t ahead = cpu_features().vendor == "GenuineIntel" ? 2048 : kStreamAheadBytes;
+  return ahead;
+}
 
 // Query rows the dots compute for G real ones: on AVX-512 3 -> 4 and 5-7 -> 8, so that the
 // G·KK accumulators are 16 and go through Reduce16 (KeysAtOnce); with 7 rows each key took 7
@@ -1082,7 +1091,10 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
 // score rows; the span's keys past its last whole 16 take the vector dots.
 // P·V: O (16 rows x Dv) = P (the head's weights, bf16, rows past G zero) · V2, V2 = pairs of
 // value rows interleaved by unpacklo/hi_epi16, the vector pair P·V's lane order, so PvToNatural
-// serves both; kAmxPiece keys at a time.
+// serves both; kAmxPiece keys at a time. For up to 8 rows (GQA up to 8 q heads per kv head),
+// AmxPvRows instead reads the value rows in place, as AmxScores reads K: the packing had taken
+// a quarter of a GQA-4 decode's time from L2, and without it bf16 GQA-4 and GQA-8 stream 4-12%
+// faster from DRAM, GQA-3 at head dim 64 10-19% (ctx 4096, alternated runs).
 
 // Query columns of the AMX products for G rows: one tile (16), or two from 17 rows on.
 constexpr int64_t AmxCols(int64_t G) { return G <= 16 ? 16 : 32; }
@@ -1169,6 +1181,54 @@ TBOOST_BF16_DOT_ATTR void AmxPv(const char* row, int64_t row_bytes, int64_t n, i
       _mm512_storeu_ps(o + g * ostride + x, _mm512_add_ps(_mm512_loadu_ps(o + g * ostride + x),
                                                           _mm512_loadu_ps(sc.acc + g * Dv + x)));
 }
+
+// O (lane order) += P · V for G <= 8 query rows, with the value rows as the tile loads read them
+// (amx_gemm_rows): no packing of V. A holds row g's weights at even positions (2k: key k
+// meets B row k's even features) and, as row 8 + g, at odd ones (2k + 1: the odd features), so
+// one product gives the even and the odd outputs of 16 keys x 32 features, as many
+// multiply-adds per product as AmxPv over packed pairs. sc.pa is 16 rows of kAmxLdp u32 (rows
+// G..7 and 8 + G..15 zero, set by the task); the span's last n % 16 rows go through sc.v2,
+// padded with zero rows.
+TBOOST_BF16_DOT_ATTR void AmxPvRows(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
+                                    const float* s, int64_t sstride, int64_t G, float* o,
+                                    int64_t ostride, const DecodeScratch& sc, int64_t pf) {
+  uint32_t* a = reinterpret_cast<uint32_t*>(sc.pa);
+  const int64_t n16 = n / 16 * 16;
+  for (int64_t g = 0; g < G; ++g) {
+    uint32_t* ev = a + g * kAmxLdp;
+    uint32_t* od = a + (8 + g) * kAmxLdp;
+    for (int64_t k = 0; k < n; k += 16) {
+      const __mmask16 m = k + 16 <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - k)) - 1);
+      const __m512 x = _mm512_maskz_loadu_ps(m, s + g * sstride + k);
+      const __m512i w = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x));
+      _mm512_storeu_si512(ev + k, w);
+      _mm512_storeu_si512(od + k, _mm512_slli_epi32(w, 16));
+    }
+  }
+  const char* tail = nullptr;
+  if (n16 < n) {
+    char* t = reinterpret_cast<char*>(sc.v2);
+    const int64_t vb = Dv * 2;
+    for (int64_t r = 0; r < 16; ++r) {
+      if (n16 + r < n)
+        std::memcpy(t + r * vb, row + (n16 + r) * row_bytes, static_cast<size_t>(vb));
+      else
+        std::memset(t + r * vb, 0, static_cast<size_t>(vb));
+    }
+    tail = t;
+  }
+  const int64_t nt = Dv / 32, ldc = Dv / 2;
+  amx_gemm_rows(sc.pa, kAmxLdp * 4, row, row_bytes, n16 / 16, tail, Dv * 2, nt, sc.acc, ldc, pf);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t c = 0; c < nt; ++c) {
+      const __m512 e = _mm512_loadu_ps(sc.acc + g * ldc + 16 * c);
+      const __m512 d = _mm512_loadu_ps(sc.acc + (8 + g) * ldc + 16 * c);
+      float* out = o + g * ostride + 32 * c;
+      _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), _mm512_unpacklo_ps(e, d)));
+      _mm512_storeu_ps(out + 16,
+                       _mm512_add_ps(_mm512_loadu_ps(out + 16), _mm512_unpackhi_ps(e, d)));
+    }
+}
 #endif
 
 template <class TK>
@@ -1197,10 +1257,13 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // amx_ok: DecodeAmx, which also set the tasks' rows (DecodeForward); one rule for both, so a
   // task of more than kMaxDecodeRows rows never reaches the vector kernels' tables.
   const bool amx = amx_ok && G >= 2;
+  // Up to 8 rows: the P·V over the value rows in place (AmxPvRows), else over packed pairs.
+  const bool pv_rows = amx && G <= 8;
   HWY_DASSERT(!amx_ok || dp_pv);
 #else
-  const bool dp = false, dp_pv = false, amx = false;
+  const bool dp = false, dp_pv = false, amx = false, pv_rows = false;
   (void)amx_ok;
+  (void)pv_rows;
 #endif
   HWY_DASSERT(G <= kMaxDecodeRows || amx);
   // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
@@ -1254,8 +1317,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   if (amx) {
     for (int64_t hh = 0; hh < nh; ++hh)
       PackQ2T(rows + hh * G, G, D, sc.q2t + hh * D / 2 * AmxCols(G));
-    // P's rows past G (AmxPv rewrites the others)
-    std::fill(sc.pa + G * kAmxLdp, sc.pa + AmxCols(G) * kAmxLdp, uint16_t{0});
+    if (pv_rows)  // AmxPvRows' 16 rows of u32: those past G in each half stay zero
+      std::fill(sc.pa, sc.pa + 2 * 16 * kAmxLdp, uint16_t{0});
+    else  // P's rows past G (AmxPv rewrites the others)
+      std::fill(sc.pa + G * kAmxLdp, sc.pa + AmxCols(G) * kAmxLdp, uint16_t{0});
     amx_begin();
   }
 #endif
@@ -1279,8 +1344,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // Alternated in one process with 16-token pages, from DRAM: bf16 GQA-4 6-21% faster (4 rounds,
   // 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32 GQA-4 4-6%, MHA -1 to +4%; from cache
   // 5-26%.
+  const int64_t ahead = DecodeAheadBytes();
   auto ahead_of_last = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes) {
-    if (!kv.table || jn > hi) return kDecodeAheadBytes;
+    if (!kv.table || jn > hi) return ahead;
     return static_cast<int64_t>(kv.row_at(jn) - (row + (nh - 1) * head_bytes));
   };
 
@@ -1292,7 +1358,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
       const int64_t last_pf = ahead_of_last(kr, row, j + n, k_head_bytes);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        const int64_t pf = hh + 1 == nh ? last_pf : kDecodeAheadBytes;
+        const int64_t pf = hh + 1 == nh ? last_pf : ahead;
         const char* hrow = row + hh * k_head_bytes;
         float* out = sc.s + hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
@@ -1328,7 +1394,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
       const int64_t last_pf = ahead_of_last(vr, row, j + n, v_head_bytes);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        const int64_t pf = hh + 1 == nh ? last_pf : kDecodeAheadBytes;
+        const int64_t pf = hh + 1 == nh ? last_pf : ahead;
         const char* hrow = row + hh * v_head_bytes;
         const int64_t off = hh * Gd * kDecodeSub + (j - s0);
         // Where the stream goes on (RowsAhead): the next head's rows of this span, else the
@@ -1345,7 +1411,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
         }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (amx) {
-          AmxPv(hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, G, part[hh] + 2, P, sc, pf);
+          if (pv_rows)
+            AmxPvRows(hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, G, part[hh] + 2, P, sc,
+                      pf);
+          else
+            AmxPv(hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, G, part[hh] + 2, P, sc, pf);
           continue;
         }
         if (dp_pv) {
