@@ -1317,10 +1317,13 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   if (amx) {
     for (int64_t hh = 0; hh < nh; ++hh)
       PackQ2T(rows + hh * G, G, D, sc.q2t + hh * D / 2 * AmxCols(G));
-    if (pv_rows)  // AmxPvRows' 16 rows of u32: those past G in each half stay zero
-      std::fill(sc.pa, sc.pa + 2 * 16 * kAmxLdp, uint16_t{0});
-    else  // P's rows past G (AmxPv rewrites the others)
+    if (pv_rows) {  // AmxPvRows' 16 rows of u32: those past G in each half stay zero
+      uint32_t* pa = reinterpret_cast<uint32_t*>(sc.pa);
+      for (int64_t r = 0; r < 16; ++r)
+        if (r % 8 >= G) std::fill(pa + r * kAmxLdp, pa + r * kAmxLdp + kDecodeSub, 0u);
+    } else {  // P's rows past G (AmxPv rewrites the others)
       std::fill(sc.pa + G * kAmxLdp, sc.pa + AmxCols(G) * kAmxLdp, uint16_t{0});
+    }
     amx_begin();
   }
 #endif
