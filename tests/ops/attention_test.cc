@@ -969,6 +969,10 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 256, .block_size = 1400, .paged = false, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {600, 71}, .Sq = 2, .Hq = 8, .Hkv = 2,
        .D = 64, .Dv = 160, .block_size = 64, .threads = 2});
+  // One kv head per task in 64-key pages with a window: spans that start off a multiple of 16
+  // within the sub-block, whose tail steps read the weights' columns past the last key.
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {900, 70}, .Sq = 1, .Hq = 6, .Hkv = 1,
+       .D = 64, .block_size = 64, .wl = 333, .threads = 2});
   // Chunks of 3 new tokens (causal among them); cache dtype independent of q's.
   add({.cache_dtype = bf16, .ctx = {3, 37, 300}, .Sq = 3, .Hq = 4, .Hkv = 1, .D = 80,
        .threads = 2});
