@@ -1037,12 +1037,9 @@ struct DecodeRowInfo {
 };
 
 // One row's scores s of keys [s0, s1) (base-2 logits): the row's mask, then the online softmax
-// against its partial pr = (m, l, O[Dvp]): the weights exp2(s - m_new) go to
-// store(jj, p, count) (key s0 + jj on, count <= Lanes of them valid), l and O are rescaled.
-template <class Store>
-HWY_INLINE void SoftmaxStepTo(const DecodeRowInfo& ri, int64_t s0, int64_t s1,
-                              float* HWY_RESTRICT s, float* HWY_RESTRICT pr, int64_t Dvp,
-                              const Store& store) {
+// against its partial pr = (m, l, O[Dvp]): s becomes exp2(s - m_new), l and O are rescaled.
+HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, float* HWY_RESTRICT s,
+                            float* HWY_RESTRICT pr, int64_t Dvp) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), ns = s1 - s0;
   const bool plain = s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
@@ -1066,12 +1063,12 @@ HWY_INLINE void SoftmaxStepTo(const DecodeRowInfo& ri, int64_t s0, int64_t s1,
   const VF ms = hn::Set(d, msafe);
   for (jj = 0; jj + N <= ns; jj += N) {
     const VF p = Exp2(d, hn::Sub(hn::LoadU(d, s + jj), ms));
-    store(jj, p, N);
+    hn::StoreU(p, d, s + jj);
     sum = hn::Add(sum, p);
   }
   if (jj < ns) {
     const VF p = Exp2(d, hn::Sub(LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf), ms));
-    store(jj, p, ns - jj);
+    StoreTailF(d, p, s + jj, static_cast<size_t>(ns - jj));
     sum = hn::Add(sum, p);
   }
   pr[0] = mnew;
@@ -1081,18 +1078,6 @@ HWY_INLINE void SoftmaxStepTo(const DecodeRowInfo& ri, int64_t s0, int64_t s1,
     for (int64_t x = 0; x < Dvp; x += N)
       hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
   }
-}
-
-// SoftmaxStepTo with the weights written back into s.
-HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, float* HWY_RESTRICT s,
-                            float* HWY_RESTRICT pr, int64_t Dvp) {
-  const DF d;
-  SoftmaxStepTo(ri, s0, s1, s, pr, Dvp, [&](int64_t jj, VF p, int64_t n) {
-    if (n == static_cast<int64_t>(hn::Lanes(d)))
-      hn::StoreU(p, d, s + jj);
-    else
-      StoreTailF(d, p, s + jj, static_cast<size_t>(n));
-  });
 }
 
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
@@ -1203,15 +1188,13 @@ TBOOST_BF16_DOT_ATTR void AmxPv(const char* row, int64_t row_bytes, int64_t n, i
 // one product gives the even and the odd outputs of 16 keys x 32 features, as many
 // multiply-adds per product as AmxPv over packed pairs. sc.pa is 16 rows of kAmxLdp u32 (rows
 // G..7 and 8 + G..15 zero, set by the task); the span's last n % 16 rows go through sc.v2,
-// padded with zero rows. a_col >= 0: A is already there from column a_col on (the softmax
-// wrote it, SoftmaxToA), and s is not read.
+// padded with zero rows.
 TBOOST_BF16_DOT_ATTR void AmxPvRows(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
                                     const float* s, int64_t sstride, int64_t G, float* o,
-                                    int64_t ostride, const DecodeScratch& sc, int64_t pf,
-                                    int64_t a_col = -1) {
+                                    int64_t ostride, const DecodeScratch& sc, int64_t pf) {
   uint32_t* a = reinterpret_cast<uint32_t*>(sc.pa);
   const int64_t n16 = n / 16 * 16;
-  for (int64_t g = 0; g < G && a_col < 0; ++g) {
+  for (int64_t g = 0; g < G; ++g) {
     uint32_t* ev = a + g * kAmxLdp;
     uint32_t* od = a + (8 + g) * kAmxLdp;
     for (int64_t k = 0; k < n; k += 16) {
@@ -1235,8 +1218,7 @@ TBOOST_BF16_DOT_ATTR void AmxPvRows(const char* row, int64_t row_bytes, int64_t 
     tail = t;
   }
   const int64_t nt = Dv / 32, ldc = Dv / 2;
-  amx_gemm_rows(sc.pa + 2 * std::max<int64_t>(a_col, 0), kAmxLdp * 4, row, row_bytes, n16 / 16,
-                tail, Dv * 2, nt, sc.acc, ldc, pf);
+  amx_gemm_rows(sc.pa, kAmxLdp * 4, row, row_bytes, n16 / 16, tail, Dv * 2, nt, sc.acc, ldc, pf);
   for (int64_t g = 0; g < G; ++g)
     for (int64_t c = 0; c < nt; ++c) {
       const __m512 e = _mm512_loadu_ps(sc.acc + g * ldc + 16 * c);
@@ -1246,38 +1228,6 @@ TBOOST_BF16_DOT_ATTR void AmxPvRows(const char* row, int64_t row_bytes, int64_t 
       _mm512_storeu_ps(out + 16,
                        _mm512_add_ps(_mm512_loadu_ps(out + 16), _mm512_unpackhi_ps(e, d)));
     }
-}
-
-// The softmax's weights straight into AmxPvRows' A rows (ev: even positions, row g; od: odd,
-// row 8 + g) as bf16, rounded to nearest even by integer steps (the weights are finite and
-// >= 0, and 0 or normal: Exp2), so the f32 weights are neither stored nor read again. A partial
-// last vector's lanes past the keys are 0; SoftmaxToA also zeroes the 16 columns after the
-// last vector, which the zero-padded tail step of a span that starts off a multiple of 16
-// (pages and a window's first key) reads.
-struct ToA {
-  uint32_t* ev;
-  uint32_t* od;
-  HWY_INLINE void operator()(int64_t jj, VF p, int64_t n) const {
-    const DU du;
-    const VU u = hn::BitCast(du, p);
-    const VU r =
-        hn::Add(u, hn::Add(hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)), hn::Set(du, 0x7FFFu)));
-    const VU e = hn::ShiftRight<16>(r);
-    (void)n;  // lanes past the keys hold exp2(-inf) = 0 (SoftmaxStepTo's tail fill)
-    hn::StoreU(e, du, ev + jj);
-    hn::StoreU(hn::ShiftLeft<16>(e), du, od + jj);
-  }
-};
-HWY_INLINE void SoftmaxToA(const DecodeRowInfo& ri, int64_t s0, int64_t s1, float* HWY_RESTRICT s,
-                           float* HWY_RESTRICT pr, int64_t Dvp, uint32_t* ev, uint32_t* od) {
-  const DU du;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
-  SoftmaxStepTo(ri, s0, s1, s, pr, Dvp, ToA{ev, od});
-  const int64_t end = RoundUp(s1 - s0, N);
-  for (int64_t c = end; c < end + 16; c += N) {
-    hn::StoreU(hn::Zero(du), du, ev + c);
-    hn::StoreU(hn::Zero(du), du, od + c);
-  }
 }
 #endif
 
@@ -1309,15 +1259,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const bool amx = amx_ok && G >= 2;
   // Up to 8 rows: the P·V over the value rows in place (AmxPvRows), else over packed pairs.
   const bool pv_rows = amx && G <= 8;
-  // One head per task (contiguous caches): the softmax writes AmxPvRows' A itself.
-  const bool to_a = pv_rows && nh == 1;
   HWY_DASSERT(!amx_ok || dp_pv);
 #else
   const bool dp = false, dp_pv = false, amx = false, pv_rows = false;
   (void)amx_ok;
   (void)pv_rows;
-  const bool to_a = false;
-  (void)to_a;
 #endif
   HWY_DASSERT(G <= kMaxDecodeRows || amx);
   // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
@@ -1444,14 +1390,6 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     for (int64_t r = 0; r < nh * G; ++r) {
       const int64_t hh = r / G, g = r % G;
       float* srow = sc.s + (hh * Gd + g) * kDecodeSub;
-#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-      if (to_a) {
-        uint32_t* a = reinterpret_cast<uint32_t*>(sc.pa);
-        SoftmaxToA(rows[r], s0, s1, srow, part[hh] + g * P, Dvp, a + g * kAmxLdp,
-                   a + (8 + g) * kAmxLdp);
-        continue;
-      }
-#endif
       SoftmaxStep(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
       if (dp_pv && !amx)  // rounded to nearest even
         convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, srow, DType::kF32, ns);
@@ -1477,8 +1415,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (amx) {
           if (pv_rows)
-            AmxPvRows(hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, G, part[hh] + 2, P, sc, pf,
-                      to_a ? j - s0 : -1);
+            AmxPvRows(hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, G, part[hh] + 2, P, sc,
+                      pf);
           else
             AmxPv(hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, G, part[hh] + 2, P, sc, pf);
           continue;
