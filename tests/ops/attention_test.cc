@@ -969,8 +969,8 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 256, .block_size = 1400, .paged = false, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {600, 71}, .Sq = 2, .Hq = 8, .Hkv = 2,
        .D = 64, .Dv = 160, .block_size = 64, .threads = 2});
-  // One kv head per task in 64-key pages with a window: spans that start off a multiple of 16
-  // within the sub-block, whose tail steps read the weights' columns past the last key.
+  // One kv head per task in 64-key pages with a window: a window's first page cut anywhere, so
+  // spans of fewer than 16 keys (the tail block alone) and tails at the pages' starts.
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {900, 70}, .Sq = 1, .Hq = 6, .Hkv = 1,
        .D = 64, .block_size = 64, .wl = 333, .threads = 2});
   // Chunks of 3 new tokens (causal among them); cache dtype independent of q's.

@@ -186,7 +186,7 @@ TBOOST_AMX_ATTR void amx_gemm_rows(const uint16_t* A, int64_t lda, const char* B
   for (int64_t g = 0; g < nt; g += 4) {
     // The first group's steps ask for the whole rows (nt·64 bytes); later groups find them in
     // cache.
-    const int64_t pfb = pf > 0 && g == 0 ? nt * 64 : 0;
+    const int64_t pfb = pf != 0 && g == 0 ? nt * 64 : 0;
     const char* b = B + g * 64;
     const char* t = tail ? tail + g * 64 : nullptr;
     float* c = C + g * 16;

@@ -33,8 +33,8 @@ void amx_gemm(const uint16_t* A, int64_t lda, int64_t mt, const uint32_t* B, int
 // Each product pairs two adjacent bf16 columns of one B row with A's elements 2k and 2k + 1, so
 // a caller keeps each A value at an even or an odd position to reach B's even or odd columns
 // (decode's P·V, attention_decode.cc). Up to 4 column tiles stay in tiles across all steps.
-// pf > 0: each step first asks for its B rows' lines pf bytes ahead. Between amx_begin() and
-// amx_end().
+// pf != 0: each step first asks for its B rows' lines pf bytes away (a paged cache's next page
+// may lie below). Between amx_begin() and amx_end().
 void amx_gemm_rows(const uint16_t* A, int64_t lda, const char* B, int64_t ldb, int64_t steps,
                    const char* tail, int64_t ldt, int64_t nt, float* C, int64_t ldc, int64_t pf);
 

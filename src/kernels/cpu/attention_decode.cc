@@ -96,12 +96,14 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // 1 KiB rather than 4: alternated in one process from DRAM (ctx 4096, caches over 1 GiB), f32
 // MHA 6-9% faster (4 rounds), bf16 MHA 3-7%, f32 and bf16 GQA-4 0-5%, 16-token pages and
 // GQA-3 at head dim 64 within ±3%; 512 bytes gained less.
-// On the Intel Xeon with AMX (AVX-512), 2 KiB rather than 4: alternated in one process from DRAM
-// (ctx 4096, caches over 1 GiB, 2 rounds), bf16 GQA-4 and GQA-8 on AMX 7-12% faster, GQA-8 in
-// 64-key pages 9-10%, bf16 MHA 3-5%; MQA, head dim 64, 16-key pages and f32 within ±4%.
+// On the Intel Xeon with AMX (AVX-512; measured there only), 2 KiB rather than 4: alternated in
+// one process from DRAM (ctx 4096, caches over 1 GiB, 2 rounds), bf16 GQA-4 and GQA-8 on AMX
+// 7-12% faster, GQA-8 in 64-key pages 9-10%, bf16 MHA 3-5%; MQA, head dim 64, 16-key pages and
+// f32 within ±4%.
 inline int64_t DecodeAheadBytes() {
   if (TBOOST_DECODE_AVX2) return 1024;
-  static const int64_t ahead = cpu_features().vendor == "GenuineIntel" ? 2048 : kStreamAheadBytes;
+  static const int64_t ahead =
+      cpu_features().vendor == "GenuineIntel" && cpu_features().amx_tile ? 2048 : kStreamAheadBytes;
   return ahead;
 }
 
@@ -1210,10 +1212,13 @@ TBOOST_BF16_DOT_ATTR void AmxPvRows(const char* row, int64_t row_bytes, int64_t 
     char* t = reinterpret_cast<char*>(sc.v2);
     const int64_t vb = Dv * 2;
     for (int64_t r = 0; r < 16; ++r) {
-      if (n16 + r < n)
-        std::memcpy(t + r * vb, row + (n16 + r) * row_bytes, static_cast<size_t>(vb));
-      else
+      if (n16 + r < n) {
+        const char* src = row + (n16 + r) * row_bytes;
+        for (int64_t b = 0; b < vb; b += 64) StreamAhead(src + b, pf);
+        std::memcpy(t + r * vb, src, static_cast<size_t>(vb));
+      } else {
         std::memset(t + r * vb, 0, static_cast<size_t>(vb));
+      }
     }
     tail = t;
   }
