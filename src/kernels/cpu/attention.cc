@@ -662,17 +662,6 @@ inline void PackK2(const KvRows& k, int64_t j0, int64_t n, int64_t rows, int64_t
   });
 }
 
-// 2^x for x <= 0, exactly 0 below -200 (so for -inf): 2^round(x) applied by vscalefps, 2^f by
-// ExpPoly<4> (relative error 2.9e-6, far below the bf16 rounding of P that follows). 8
-// instructions against Exp2's 14.
-TBOOST_PAIR_ATTR HWY_INLINE VF Exp2Scalef(VF x) {
-  // max(-200, x) with x second: vmaxps returns its second operand for a NaN, so NaN propagates.
-  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-200.0f), x.raw);
-  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const VF p = ExpPoly<4, false, true>(DF(), VF{_mm512_sub_ps(xc, n)});
-  return VF{_mm512_scalef_ps(p.raw, n)};
-}
-
 // One query row of an AMX tile over local keys [0, ncol) of its block (ncol a multiple of 32):
 // s holds the unscaled scores; the row sees local keys [a, b), a < b. rel0 is the query's
 // position minus the block's first key (ALiBi), mrow its custom mask at that key (or null). The

@@ -1038,8 +1038,18 @@ struct DecodeRowInfo {
   const float* mask;
 };
 
+template <bool kScalef>
+HWY_INLINE VF Exp2Of(DF d, VF x) {
+#if HWY_TARGET == HWY_AVX3
+  if constexpr (kScalef) return Exp2Scalef(x);
+#endif
+  return Exp2(d, x);
+}
+
 // One row's scores s of keys [s0, s1) (base-2 logits): the row's mask, then the online softmax
 // against its partial pr = (m, l, O[Dvp]): s becomes exp2(s - m_new), l and O are rescaled.
+// kScalef: 2^x by Exp2Scalef (AVX-512), for weights rounded to bf16 next (the AMX P·V).
+template <bool kScalef = false>
 HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, float* HWY_RESTRICT s,
                             float* HWY_RESTRICT pr, int64_t Dvp) {
   const DF d;
@@ -1064,12 +1074,13 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
   VF sum = hn::Zero(d);
   const VF ms = hn::Set(d, msafe);
   for (jj = 0; jj + N <= ns; jj += N) {
-    const VF p = Exp2(d, hn::Sub(hn::LoadU(d, s + jj), ms));
+    const VF p = Exp2Of<kScalef>(d, hn::Sub(hn::LoadU(d, s + jj), ms));
     hn::StoreU(p, d, s + jj);
     sum = hn::Add(sum, p);
   }
   if (jj < ns) {
-    const VF p = Exp2(d, hn::Sub(LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf), ms));
+    const VF p = Exp2Of<kScalef>(
+        d, hn::Sub(LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf), ms));
     StoreTailF(d, p, s + jj, static_cast<size_t>(ns - jj));
     sum = hn::Add(sum, p);
   }
@@ -1395,7 +1406,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     for (int64_t r = 0; r < nh * G; ++r) {
       const int64_t hh = r / G, g = r % G;
       float* srow = sc.s + (hh * Gd + g) * kDecodeSub;
-      SoftmaxStep(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
+      if (amx)
+        SoftmaxStep<true>(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
+      else
+        SoftmaxStep(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
       if (dp_pv && !amx)  // rounded to nearest even
         convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, srow, DType::kF32, ns);
     }
