@@ -96,10 +96,10 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // 1 KiB rather than 4: alternated in one process from DRAM (ctx 4096, caches over 1 GiB), f32
 // MHA 6-9% faster (4 rounds), bf16 MHA 3-7%, f32 and bf16 GQA-4 0-5%, 16-token pages and
 // GQA-3 at head dim 64 within ±3%; 512 bytes gained less.
-// On the Intel Xeon with AMX (AVX-512; measured there only), 2 KiB rather than 4: alternated in
-// one process from DRAM (ctx 4096, caches over 1 GiB, 2 rounds), bf16 GQA-4 and GQA-8 on AMX
-// 7-12% faster, GQA-8 in 64-key pages 9-10%, bf16 MHA 3-5%; MQA, head dim 64, 16-key pages and
-// f32 within ±4%.
+// On the Intel Xeon with AMX (AVX-512; measured there only), 2 KiB rather than 4: runs in turn
+// from DRAM (ctx 4096, caches over 1 GiB, 2 rounds), bf16 GQA-4 and GQA-8 on AMX 8-12% faster,
+// GQA-4 in 64-key pages 7-10%, bf16 MHA 3-6%, MQA 1-9%; head dim 64, 16-key pages and f32
+// within ±2%.
 inline int64_t DecodeAheadBytes() {
   if (TBOOST_DECODE_AVX2) return 1024;
   static const int64_t ahead =
@@ -1106,8 +1106,8 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
 // value rows interleaved by unpacklo/hi_epi16, the vector pair P·V's lane order, so PvToNatural
 // serves both; kAmxPiece keys at a time. For up to 8 rows (GQA up to 8 q heads per kv head),
 // AmxPvRows instead reads the value rows in place, as AmxScores reads K: the packing had taken
-// a quarter of a GQA-4 decode's time from L2, and without it bf16 GQA-4 and GQA-8 stream 4-12%
-// faster from DRAM, GQA-3 at head dim 64 10-19% (ctx 4096, alternated runs).
+// a quarter of a GQA-4 decode's time from L2, and without it, from DRAM (ctx 4096, runs in
+// turn, 2 rounds), bf16 GQA-4 streams 4-5% faster, GQA-8 7-14%, head dim 64 8-19%.
 
 // Query columns of the AMX products for G rows: one tile (16), or two from 17 rows on.
 constexpr int64_t AmxCols(int64_t G) { return G <= 16 ? 16 : 32; }
