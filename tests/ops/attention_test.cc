@@ -478,6 +478,10 @@ std::vector<CaseSpec> self_attention_cases() {
   // rows, in groups of 16 where decode runs on AMX (16 + 4, 16 + 16 + 8), else of 8.
   add({.dtype = bf16, .Hq = 20, .Hkv = 1, .D = 64, .q_lens = {1, 2}, .k_lens = {333, 50},
        .causal = true, .alibi = true, .threads = 2});
+  // bf16 with 24 rows per kv head (2 tokens x 12 heads) and a custom mask: rows in lanes on
+  // AVX512_BF16 without AMX (two lane groups, 8 lanes unused), the mask applied per row.
+  add({.dtype = bf16, .Sq = 2, .Sk = 1300, .Hq = 12, .Hkv = 1, .D = 64, .mask = MaskKind::kSqSk,
+       .threads = 2});
   add({.Sq = 1, .Sk = 700, .Hq = 14, .Hkv = 2, .D = 64, .alibi = true});
   add({.dtype = bf16, .B = 2, .Sq = 1, .Sk = 600, .Hq = 6, .Hkv = 2, .D = 128, .threads = 2});
   add({.dtype = f16, .Sq = 1, .Sk = 530, .Hq = 10, .Hkv = 2, .D = 96, .mask = MaskKind::kSqSk,
@@ -984,6 +988,14 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 128, .threads = 2});
   add({.cache_dtype = bf16, .ctx = {700, 1}, .Sq = 1, .Hq = 14, .Hkv = 2, .D = 64,
        .block_size = 16});
+  // Rows in lanes (bf16 model, more than 8 rows per kv head, no AMX): 9 rows with Dv = 96 (one
+  // 32-feature chunk per pass, 8 + 1 rows) in 7-key pages (spans of odd length and odd start);
+  // 4 causal tokens x 8 heads = 32 rows (two lane groups) in 16-key pages with a window, so
+  // some rows see no key of a span.
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {300, 2, 40}, .Sq = 1, .Hq = 9, .Hkv = 1,
+       .D = 64, .Dv = 96, .block_size = 7, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1500, 40}, .Sq = 4, .Hq = 8, .Hkv = 1,
+       .D = 128, .block_size = 16, .wl = 2, .threads = 2});
   // Several kv heads per decode task (their rows sit side by side in each page): MHA with 8
   // heads over 8 chunks, GQA-2 (4 heads per task), 5 kv heads in tasks of 3 and 2.
   add({.ctx = {2100, 700, 1}, .Sq = 1, .Hq = 8, .Hkv = 8, .D = 64, .threads = 2});

@@ -116,6 +116,9 @@ constexpr int64_t DotRowsFor(int64_t G) {
   return G == 3 ? 4 : G >= 5 ? 8 : G;
 }
 
+// Lanes of a task of G query rows per kv head whose rows lie in lanes (DotSpanWide): 16 or 32.
+inline int64_t WideLanes(int64_t G) { return RoundUp(G, 16); }
+
 // Keys dotted at once for G query rows: G·KK accumulators and independent FMA chains. AVX2:
 // at most 8, so they, the KK key vectors and one query vector fit its 16 registers.
 constexpr int KeysAtOnce(int G) {
@@ -877,13 +880,16 @@ constexpr int64_t PvBlockKeys(int64_t Dv) {
 // One pass of PvPairs: exactly GB query rows (a compile-time count: with a run-time count of
 // live rows, GCC moved vectors to and from the stack 70-140 times in the P·V of G = 3, 5, 6, 7).
 // nkeys rows: pairs of rows, and an odd last row as a pair of itself with weight 0 (no widened
-// path, which would need the natural order).
+// path, which would need the natural order). Row g's weights of keys 2q, 2q + 1 are the u16 pair
+// at pb + g·pgs + q·pqs: rows of weights (pgs = ldp, pqs = 2) or pairs in lanes (pgs = 2, pqs =
+// 2 · lanes; AxpySpanWide).
 template <int GB, int XB, int kPassLines>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_t row_bytes,
                                             int64_t nkeys, int64_t X,
-                                            const uint16_t* HWY_RESTRICT pb, int64_t ldp,
-                                            float* HWY_RESTRICT os, int64_t ostride, bool lead,
-                                            int64_t pf, const RowsAhead& ahead, int64_t ip0) {
+                                            const uint16_t* HWY_RESTRICT pb, int64_t pgs,
+                                            int64_t pqs, float* HWY_RESTRICT os, int64_t ostride,
+                                            bool lead, int64_t pf, const RowsAhead& ahead,
+                                            int64_t ip0) {
   const int64_t steps = (nkeys + 1) / 2;
   const bool stream = lead && ahead.npass == 1;
   for (int64_t x0 = 0; x0 < X; x0 += XB) {
@@ -917,8 +923,9 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
       __m512bh pp[GB];
 #pragma GCC unroll 16
       for (int g = 0; g < GB; ++g) {
-        uint32_t pair = pb[g * ldp + 2 * q];  // the odd last row: (weight, 0)
-        if (!single) std::memcpy(&pair, pb + g * ldp + 2 * q, sizeof pair);
+        const uint16_t* w = pb + g * pgs + q * pqs;
+        uint32_t pair = w[0];  // the odd last row: (weight, 0)
+        if (!single) std::memcpy(&pair, w, sizeof pair);
         pp[g] = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
       }
 #pragma GCC unroll 16
@@ -961,12 +968,40 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
   // rows over npass = X / XB · passes passes.
   constexpr int kPassLines = std::max(1, 2 * XB / (kFull + (kRest > 0)));
   for (int i = 0; i < kFull; ++i)
-    PvPass<GB, XB, kPassLines>(row, row_bytes, nkeys, X, pb + i * GB * ldp, ldp,
+    PvPass<GB, XB, kPassLines>(row, row_bytes, nkeys, X, pb + i * GB * ldp, ldp, 2,
                                os + i * GB * ostride, ostride, i == 0, pf, ahead, i * (X / XB));
   if constexpr (kRest > 0)
-    PvPass<kRest, XB, kPassLines>(row, row_bytes, nkeys, X, pb + kFull * GB * ldp, ldp,
+    PvPass<kRest, XB, kPassLines>(row, row_bytes, nkeys, X, pb + kFull * GB * ldp, ldp, 2,
                                   os + kFull * GB * ostride, ostride, kFull == 0, pf, ahead,
                                   kFull * (X / XB));
+}
+
+// Chunks of 32 features per pass (XB) of the pair P·V for G rows and X = Dv / 32 chunks; rows
+// per pass GB = 8 / XB (PvPairs): over all passes a pair of keys costs 2·X·G vdpbf16ps, plus
+// 4·X·G / GB loads and unpacks (each pass re-interleaves its chunks) and X·G / XB broadcasts of
+// the weights. With GB·XB = 8 that is least for GB = 4 or 8; XB = 2 from 3 rows on (X even).
+// The widest XB had taken one row per pass at head dim 256 (8 chunks): 264 such operations per
+// pair for 8 rows, 96 now; from an L2-resident cache GQA-4 / GQA-8 at head dim 256 ran 34-41%
+// faster, GQA-8 at 128 2-6%.
+inline int PvChunks(int64_t G, int64_t X) {
+  const int xb_max = G >= 3 ? 2 : G == 2 ? 4 : 8;
+  int XB = 1;
+  while (XB * 2 <= xb_max && X % (XB * 2) == 0) XB *= 2;
+  return XB;
+}
+
+// The pair P·V's blocks of a span's n value rows: fn(rows, first key t, keys nk, the rows asked
+// for after the block, how many). After the span's last block those are next_rows at `next`.
+template <class Fn>
+HWY_INLINE void ForPvBlocks(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
+                            const char* next, int64_t next_rows, const Fn& fn) {
+  const int64_t block = PvBlockKeys(Dv);
+  for (int64_t t = 0; t < n; t += block) {
+    const int64_t nk = std::min(block, n - t);
+    const char* r = row + t * row_bytes;
+    const bool last = t + nk >= n;
+    fn(r, t, nk, last ? next : r + nk * row_bytes, std::min(block, last ? next_rows : n - t - nk));
+  }
 }
 
 // The value rows of a span (n rows, Dv a multiple of 32) in blocks of pairs, into outputs in
@@ -979,36 +1014,23 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t r
                                                       float* os, int64_t ostride, int64_t pf,
                                                       const char* next, int64_t next_rows) {
   const int64_t X = Dv / 32;
-  // Chunks of 32 features per pass (XB) and rows per pass (GB = 8 / XB, PvPairs): over all
-  // passes a pair of keys costs 2·X·G vdpbf16ps, plus 4·X·G / GB loads and unpacks (each pass
-  // re-interleaves its chunks) and X·G / XB broadcasts of the weights. With GB·XB = 8 that is
-  // least for GB = 4 or 8; XB = 2 from 3 rows on (X even). The widest XB had taken one row per
-  // pass at head dim 256 (8 chunks): 264 such operations per pair for 8 rows, 96 now; from an
-  // L2-resident cache GQA-4 / GQA-8 at head dim 256 ran 34-41% faster, GQA-8 at 128 2-6%.
-  const int xb_max = G >= 3 ? 2 : G == 2 ? 4 : 8;
-  int XB = 1;
-  while (XB * 2 <= xb_max && X % (XB * 2) == 0) XB *= 2;
-  const int64_t block = PvBlockKeys(Dv) / 2;
-  for (int64_t t = 0; t < n; t += 2 * block) {
-    const int64_t nk = std::min(2 * block, n - t);
-    const char* r = row + t * row_bytes;
-    const bool last = t + nk >= n;
-    const char* nr = last ? next : r + nk * row_bytes;
-    const int64_t nn = std::min(2 * block, last ? next_rows : n - t - nk);
-    switch (XB) {
-      case 8:
-        PvPairs<G, 8>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
-        break;
-      case 4:
-        PvPairs<G, 4>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
-        break;
-      case 2:
-        PvPairs<G, 2>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
-        break;
-      default:
-        PvPairs<G, 1>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
-    }
-  }
+  const int XB = PvChunks(G, X);
+  ForPvBlocks(row, row_bytes, n, Dv, next, next_rows,
+              [&](const char* r, int64_t t, int64_t nk, const char* nr, int64_t nn) {
+                switch (XB) {
+                  case 8:
+                    PvPairs<G, 8>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                    break;
+                  case 4:
+                    PvPairs<G, 4>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                    break;
+                  case 2:
+                    PvPairs<G, 2>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                    break;
+                  default:
+                    PvPairs<G, 1>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                }
+              });
 }
 
 using AxpyBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
@@ -1092,6 +1114,238 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
       hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
   }
 }
+
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+// ---- Rows in lanes: 9 to 32 query rows per kv head, vector bf16 products ------------------
+// A decode with many query rows per key (MQA; a few tokens at once at GQA-4 or GQA-8, as
+// speculative decoding's checks and short prefill chunks run) keeps its rows in the lanes: Sᵀ
+// (keys x 16 rows) comes from vdpbf16ps of a vector of the rows' q pairs (PackQ2T's columns)
+// with one key pair broadcast, so no score needs a lane sum. With rows in groups of 8 (the
+// row-by-row dots, Reduce16) each group read the chunk again and paid about 45 instructions of
+// lane sums per 16 scores, as many as the products themselves at 16 rows per key. The softmax
+// then runs over key vectors (maxima, 2^x and sums per lane, no per-row reductions) and the
+// P·V is the pair P·V reading its weight pairs from lanes (PvPass's pgs = 2, pqs = 2 · lanes).
+// Lanes: WideLanes(G); a task's rows past G are zero queries whose weights nothing reads.
+
+// st[t·ld + c] (ld = 16·NL) = qscale · (K row t · q_c) for KK keys of rows row_bytes apart.
+// mx[l]: the lanes' running maxima.
+template <int NL, int KK>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysWide(const char* HWY_RESTRICT row, int64_t row_bytes,
+                                                 int64_t D, const uint32_t* HWY_RESTRICT q2t,
+                                                 __m512 scale, float* HWY_RESTRICT st, int64_t pf,
+                                                 __m512 (&mx)[NL]) {
+  constexpr int64_t ld = 16 * NL;
+  __m512 acc[KK][NL];
+#pragma GCC unroll 16
+  for (int kk = 0; kk < KK; ++kk)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < D / 2; p += 16) {  // a line of each key per step
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * p, pf);
+#pragma GCC unroll 16
+    for (int64_t i = p; i < p + 16; ++i) {
+      __m512bh q[NL];
+#pragma GCC unroll 2
+      for (int l = 0; l < NL; ++l) q[l] = (__m512bh)_mm512_loadu_si512(q2t + i * ld + 16 * l);
+#pragma GCC unroll 16
+      for (int kk = 0; kk < KK; ++kk) {
+        int32_t pair;
+        std::memcpy(&pair, row + kk * row_bytes + 4 * i, sizeof pair);
+        const __m512bh k = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 2
+        for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_dpbf16_ps(acc[kk][l], q[l], k);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int kk = 0; kk < KK; ++kk)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) {
+      const __m512 v = _mm512_mul_ps(acc[kk][l], scale);
+      _mm512_storeu_ps(st + kk * ld + 16 * l, v);
+      mx[l] = _mm512_max_ps(mx[l], v);
+    }
+}
+
+// Sᵀ of a span's n keys: 16 accumulators, 16 / NL keys at a time; mx (16·NL floats) takes the
+// lanes' maxima too, which spares the softmax a pass over Sᵀ.
+template <int NL>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanWide(const char* row, int64_t row_bytes, int64_t n,
+                                                   int64_t D, const uint32_t* q2t, float qscale,
+                                                   float* st, int64_t pf, float* mx) {
+  constexpr int KK = 16 / NL;
+  constexpr int64_t ld = 16 * NL;
+  const __m512 scale = _mm512_set1_ps(qscale);
+  __m512 m[NL];
+  for (int l = 0; l < NL; ++l) m[l] = _mm512_loadu_ps(mx + 16 * l);
+  int64_t t = 0;
+  for (; t + KK <= n; t += KK)
+    DotKeysWide<NL, KK>(row + t * row_bytes, row_bytes, D, q2t, scale, st + t * ld, pf, m);
+  for (; t < n; ++t)
+    DotKeysWide<NL, 1>(row + t * row_bytes, row_bytes, D, q2t, scale, st + t * ld, pf, m);
+  for (int l = 0; l < NL; ++l) _mm512_storeu_ps(mx + 16 * l, m[l]);
+}
+
+// The online softmax of keys [s0, s1) for one head's G rows in lanes (st: (s1 - s0) x ld
+// base-2 logits, mx: their maxima per lane from the dots): the rows' masks, then st =
+// exp2(s - m_new) per lane (Exp2Scalef: the weights are rounded to bf16 next); the partials pr
+// (row g at pr + g·P: m, l, O) take the new maxima and sums, and O is rescaled where the
+// maximum grew.
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0,
+                                                   int64_t s1, float* st, int64_t ld,
+                                                   const float* mx, float* pr, int64_t P,
+                                                   int64_t Dvp) {
+  const int64_t ns = s1 - s0;
+  bool plain = true, extra = false;  // extra: ALiBi or a custom mask
+  for (int64_t g = 0; g < G; ++g) {
+    const DecodeRowInfo& ri = rows[g];
+    plain = plain && s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
+    extra = extra || ri.slope2 != 0.0f || ri.mask;
+  }
+  if (!plain) {
+    if (extra) {  // visible keys only; the window below sets the rest to -inf
+      for (int64_t g = 0; g < G; ++g) {
+        const DecodeRowInfo& ri = rows[g];
+        if (ri.slope2 == 0.0f && !ri.mask) continue;
+        for (int64_t j = std::max(s0, ri.lo); j <= std::min(s1 - 1, ri.hi); ++j) {
+          float& v = st[(j - s0) * ld + g];
+          if (ri.slope2 != 0.0f) v -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
+          if (ri.mask) v += MaskLog2(ri.mask[j]);
+        }
+      }
+    }
+    // Keys outside a row's [lo, hi] (relative to s0, clamped so they fit 32 bits): -inf.
+    alignas(64) int32_t lo[32], hi[32];
+    for (int64_t c = 0; c < ld; ++c) {
+      lo[c] = c < G ? static_cast<int32_t>(std::clamp<int64_t>(rows[c].lo - s0, -1, ns)) : 0;
+      hi[c] = c < G ? static_cast<int32_t>(std::clamp<int64_t>(rows[c].hi - s0, -1, ns)) : ns;
+    }
+    const __m512 ninf = _mm512_set1_ps(kNegInf);
+    for (int64_t l = 0; l < ld; l += 16) {
+      const __m512i vlo = _mm512_load_si512(lo + l), vhi = _mm512_load_si512(hi + l);
+      for (int64_t jj = 0; jj < ns; ++jj) {
+        const __m512i j = _mm512_set1_epi32(static_cast<int32_t>(jj));
+        const __mmask16 out = _mm512_cmplt_epi32_mask(j, vlo) | _mm512_cmpgt_epi32_mask(j, vhi);
+        float* v = st + jj * ld + l;
+        _mm512_mask_storeu_ps(v, out, ninf);
+      }
+    }
+  }
+  for (int64_t l = 0; l < ld; l += 16) {
+    const int64_t nr = std::min<int64_t>(16, G - l);
+    if (nr <= 0) break;
+    alignas(64) float m0[16], l0[16], mn[16], al[16], sums[16];
+    for (int64_t c = 0; c < 16; ++c) {
+      m0[c] = c < nr ? pr[(l + c) * P] : kNegInf;
+      l0[c] = c < nr ? pr[(l + c) * P + 1] : 0.0f;
+    }
+    const __m512 mold = _mm512_load_ps(m0);
+    __m512 mb = _mm512_loadu_ps(mx + l);
+    if (!plain) {  // the masks changed the scores
+      mb = _mm512_set1_ps(kNegInf);
+      for (int64_t jj = 0; jj < ns; ++jj) mb = _mm512_max_ps(mb, _mm512_loadu_ps(st + jj * ld + l));
+    }
+    const __m512 mnew = _mm512_max_ps(mold, mb);
+    const __m512 ninf = _mm512_set1_ps(kNegInf);
+    // A row with no visible key so far keeps m = -inf: its weights exp2(-inf - 0) are 0.
+    const __m512 msafe =
+        _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), mnew, _mm512_setzero_ps());
+    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mold, ninf, _CMP_NEQ_UQ),
+                                             Exp2(DF(), VF{_mm512_sub_ps(mold, msafe)}).raw);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t jj = 0; jj < ns; ++jj) {
+      float* v = st + jj * ld + l;
+      const __m512 p = Exp2Scalef(VF{_mm512_sub_ps(_mm512_loadu_ps(v), msafe)}).raw;
+      _mm512_storeu_ps(v, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    _mm512_store_ps(mn, mnew);
+    _mm512_store_ps(al, alpha);
+    _mm512_store_ps(sums, _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(l0), alpha), sum));
+    for (int64_t c = 0; c < nr; ++c) {
+      float* r = pr + (l + c) * P;
+      r[0] = mn[c];
+      r[1] = sums[c];
+      if (al[c] != 1.0f) {
+        const __m512 a = _mm512_set1_ps(al[c]);
+        for (int64_t x = 0; x < Dvp; x += 16)
+          _mm512_storeu_ps(r + 2 + x, _mm512_mul_ps(_mm512_loadu_ps(r + 2 + x), a));
+      }
+    }
+  }
+}
+
+// The weights of a span's n keys (st rows, ld lanes) as bf16 pairs for the P·V: pt[q·ld + c]
+// = (w of key 2q, w of key 2q + 1) of lane c, rounded to nearest even; an odd last key pairs
+// with 0.
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void PairsInLanes(const float* st, int64_t n, int64_t ld,
+                                                    uint32_t* pt) {
+  // cvtne2ps_pbh(b, a) holds a's 16 values, then b's: interleaved into (a_c, b_c) pairs.
+  alignas(64) static constexpr uint16_t kIdx[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                    21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kIdx);
+  for (int64_t q = 0; 2 * q < n; ++q)
+    for (int64_t l = 0; l < ld; l += 16) {
+      const __m512 a = _mm512_loadu_ps(st + 2 * q * ld + l);
+      const __m512 b =
+          2 * q + 1 < n ? _mm512_loadu_ps(st + (2 * q + 1) * ld + l) : _mm512_setzero_ps();
+      _mm512_storeu_si512(pt + q * ld + l,
+                          _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a)));
+    }
+}
+
+// PvPairs over G rows (a run-time count) whose weight pairs lie in lanes, pqs u16 apart per
+// pair of keys: G / GB passes of GB rows, then one of the rest; RowsAhead spread over them all.
+template <int XB, int R = 1>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassRest(int64_t rest, const char* row, int64_t row_bytes,
+                                                int64_t nkeys, int64_t X, const uint16_t* pb,
+                                                int64_t pqs, float* os, int64_t ostride,
+                                                const RowsAhead& ahead, int64_t ip0) {
+  if constexpr (R < 8 / XB) {
+    if (rest == R)
+      PvPass<R, XB, 0>(row, row_bytes, nkeys, X, pb, 2, pqs, os, ostride, false, 0, ahead, ip0);
+    else
+      PvPassRest<XB, R + 1>(rest, row, row_bytes, nkeys, X, pb, pqs, os, ostride, ahead, ip0);
+  }
+}
+template <int XB>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairsWide(const char* row, int64_t row_bytes, int64_t nkeys,
+                                                 int64_t X, const uint16_t* pb, int64_t pqs,
+                                                 float* os, int64_t ostride, int64_t G,
+                                                 const char* next, int64_t next_rows) {
+  constexpr int GB = 8 / XB;
+  const int64_t full = G / GB, rest = G % GB, per = X / XB;
+  const RowsAhead ahead(next, next_rows, per * (full + (rest > 0)), (nkeys + 1) / 2, X);
+  for (int64_t i = 0; i < full; ++i)
+    PvPass<GB, XB, 0>(row, row_bytes, nkeys, X, pb + i * GB * 2, 2, pqs, os + i * GB * ostride,
+                      ostride, false, 0, ahead, i * per);
+  if (rest > 0)
+    PvPassRest<XB>(rest, row, row_bytes, nkeys, X, pb + full * GB * 2, pqs,
+                   os + full * GB * ostride, ostride, ahead, full * per);
+}
+
+// O (lane order) += P · V for a span's n value rows, G rows with their weight pairs in lanes
+// (PairsInLanes, ld lanes).
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanWide(const char* row, int64_t row_bytes, int64_t n,
+                                                    int64_t Dv, const uint32_t* pt, int64_t ld,
+                                                    float* os, int64_t ostride, int64_t G,
+                                                    const char* next, int64_t next_rows) {
+  const int64_t X = Dv / 32;
+  const int XB = PvChunks(G, X);  // 2 or 1 (G > 2)
+  const uint16_t* pb = reinterpret_cast<const uint16_t*>(pt);
+  ForPvBlocks(row, row_bytes, n, Dv, next, next_rows,
+              [&](const char* r, int64_t t, int64_t nk, const char* nr, int64_t nn) {
+                // t is even (blocks of PvBlockKeys keys): pair t / 2 on.
+                const uint16_t* p = pb + t * ld;
+                if (XB == 2)
+                  PvPairsWide<2>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
+                else
+                  PvPairsWide<1>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
+              });
+}
+#endif
 
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
 // ---- AMX: bf16 q and cache, 2+ query rows per kv head -------------------------------------
@@ -1250,7 +1504,7 @@ TBOOST_BF16_DOT_ATTR void AmxPvRows(const char* row, int64_t row_bytes, int64_t 
 template <class TK>
 void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_bytes,
                 int64_t v_head_bytes, const DecodeRowInfo* rows, int64_t G, int64_t D, int64_t Dv,
-                int64_t c0, int64_t c1, float qscale, DType qdtype, bool amx_ok,
+                int64_t c0, int64_t c1, float qscale, DType qdtype, bool amx_ok, bool wide_ok,
                 const DecodeScratch& sc, float* const* part) {
   static constexpr auto dots = DotTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
   static constexpr auto axpys = AxpyTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
@@ -1276,12 +1530,17 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // Up to 8 rows: the P·V over the value rows in place (AmxPvRows), else over packed pairs.
   const bool pv_rows = amx && G <= 8;
   HWY_DASSERT(!amx_ok || dp_pv);
+  // More than kMaxDecodeRows rows without AMX: rows in lanes (DecodeWide; DotSpanWide).
+  const bool wide = wide_ok && G > kMaxDecodeRows;
+  HWY_DASSERT(!wide_ok || dp_pv);
 #else
   const bool dp = false, dp_pv = false, amx = false, pv_rows = false;
+  const bool wide = false;
   (void)amx_ok;
+  (void)wide_ok;
   (void)pv_rows;
 #endif
-  HWY_DASSERT(G <= kMaxDecodeRows || amx);
+  HWY_DASSERT(G <= kMaxDecodeRows || amx || wide);
   // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
   // outputs in that order until the task's end.
   const DotFn<TK>* dot_fns = dots.data();
@@ -1304,18 +1563,22 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   uint32_t* q2 = reinterpret_cast<uint32_t*>(sc.qs);
   const int64_t ldq2 = Dp / 2;
   // The dots score Gd >= G rows per head, the extra ones zero queries whose scores nothing
-  // reads. Head hh's query and score rows start at row hh·Gd (nh·Gd <= kDecodeTaskRows).
-  const int64_t Gd = DotRowsFor(G);
+  // reads. Head hh's query and score rows start at row hh·Gd (nh·Gd <= kDecodeTaskRows); rows in
+  // lanes: head hh's Gd lanes of q2t at q2 + hh·(D / 2)·Gd, of Sᵀ at sc.s + hh·Gd·kDecodeSub.
+  const int64_t Gd = wide ? WideLanes(G) : DotRowsFor(G);
   for (int64_t hh = 0; hh < nh; ++hh) {
     const int64_t r0 = hh * Gd;
-    if (dp)
+    if (wide) {
+      // PackQ2T below
+    } else if (dp) {
       std::memset(q2 + (r0 + G) * ldq2, 0, static_cast<size_t>((Gd - G) * ldq2) * sizeof(uint32_t));
-    else
+    } else {
       std::memset(sc.qs + (r0 + G) * Dp, 0, static_cast<size_t>((Gd - G) * Dp) * sizeof(float));
+    }
     for (int64_t g = 0; g < G; ++g) {
       const DecodeRowInfo& ri = rows[hh * G + g];
       if (dp) {
-        std::memcpy(q2 + (r0 + g) * ldq2, ri.q, static_cast<size_t>(D) * sizeof(bf16_t));
+        if (!wide) std::memcpy(q2 + (r0 + g) * ldq2, ri.q, static_cast<size_t>(D) * sizeof(bf16_t));
       } else {
         convert(sc.row, DType::kF32, ri.q, qdtype, D);
         float* q = sc.qs + (r0 + g) * Dp;
@@ -1330,6 +1593,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     }
   }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+  if (wide)
+    for (int64_t hh = 0; hh < nh; ++hh) PackQ2T(rows + hh * G, G, D, q2 + hh * D / 2 * Gd);
   if (amx) {
     for (int64_t hh = 0; hh < nh; ++hh)
       PackQ2T(rows + hh * G, G, D, sc.q2t + hh * D / 2 * AmxCols(G));
@@ -1372,6 +1637,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
     const int64_t s1 = std::min(hi + 1, s0 + kDecodeSub);
     const int64_t ns = s1 - s0;
+    // Rows in lanes: the maxima of each lane's scores in this sub-block (DotSpanWide).
+    alignas(64) float wide_max[kDecodeTaskRows];
+    if (wide) std::fill(wide_max, wide_max + kDecodeTaskRows, kNegInf);
     // Per span (a page of a paged cache), the heads one after the other: their rows are
     // adjacent there, so the task reads the page front to back.
     kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
@@ -1381,6 +1649,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
         const char* hrow = row + hh * k_head_bytes;
         float* out = sc.s + hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+        if (wide) {
+          const uint32_t* qh = q2 + hh * D / 2 * Gd;
+          float* st = sc.s + hh * Gd * kDecodeSub + (j - s0) * Gd;
+          if (Gd == 16)
+            DotSpanWide<1>(hrow, kr.row_bytes, n, D, qh, qscale, st, pf, wide_max + hh * Gd);
+          else
+            DotSpanWide<2>(hrow, kr.row_bytes, n, D, qh, qscale, st, pf, wide_max + hh * Gd);
+          continue;
+        }
         if (dp) {
           int64_t t = 0;
           if (amx) {
@@ -1402,8 +1679,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     // The task's first value rows (16 KiB), which no earlier block of a P·V of blocks asked for
     // (RowsAhead), into L2 while the softmax computes.
     if (v_blocks && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
-    // Mask, then the online softmax per row; the weights also as bf16 for the pair P·V.
-    for (int64_t r = 0; r < nh * G; ++r) {
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+    // Mask, then the online softmax: of a head's lanes at once (rows in lanes), else per row,
+    // the weights also as bf16 for the pair P·V.
+    if (wide)
+      for (int64_t hh = 0; hh < nh; ++hh)
+        SoftmaxWide(rows + hh * G, G, s0, s1, sc.s + hh * Gd * kDecodeSub, Gd, wide_max + hh * Gd,
+                    part[hh], P, Dvp);
+#endif
+    for (int64_t r = 0; r < (wide ? 0 : nh * G); ++r) {
       const int64_t hh = r / G, g = r % G;
       float* srow = sc.s + (hh * Gd + g) * kDecodeSub;
       if (amx)
@@ -1432,6 +1716,12 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
                                hi + 1 - (j + n));
         }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+        if (wide) {  // the span's weight pairs (pairs from its first key on), then the P·V
+          uint32_t* pt = reinterpret_cast<uint32_t*>(sc.pb) + hh * Gd * kDecodeSub / 2;
+          PairsInLanes(sc.s + hh * Gd * kDecodeSub + (j - s0) * Gd, n, Gd, pt);
+          AxpySpanWide(hrow, vr.row_bytes, n, Dv, pt, Gd, part[hh] + 2, P, G, next, next_rows);
+          continue;
+        }
         if (amx) {
           if (pv_rows)
             AmxPvRows(hrow, vr.row_bytes, n, Dv, sc.s + off, kDecodeSub, G, part[hh] + 2, P, sc,
@@ -1532,6 +1822,20 @@ bool DecodeAmx(const AttentionArgs& a) {
 #endif
 }
 
+// Whether this call's tasks of more than kMaxDecodeRows query rows per kv head keep their rows
+// in lanes (DotSpanWide): bf16 q and cache, head dims multiples of 32, vdpbf16ps, no AMX. Such
+// calls take up to kDecodeTaskRows rows per task and kv head.
+bool DecodeWide(const AttentionArgs& a, bool amx_ok) {
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+  return !amx_ok && a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
+         a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16;
+#else
+  (void)a;
+  (void)amx_ok;
+  return false;
+#endif
+}
+
 void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -1541,13 +1845,19 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
   // partials take space for the keys that exist, not for batch x the longest sequence.
   const bool amx_ok = DecodeAmx(a);
-  const int64_t group_rows = amx_ok ? kAmxDecodeRows : kMaxDecodeRows;
-  const int64_t NG = std::max<int64_t>(1, (Gmax + group_rows - 1) / group_rows);
-  const int64_t chunk_keys = DecodeChunkFor(a, NG);
+  const bool wide_ok = DecodeWide(a, amx_ok);
+  int64_t group_rows = amx_ok ? kAmxDecodeRows : wide_ok ? kDecodeTaskRows : kMaxDecodeRows;
+  const int64_t chunk_keys =
+      DecodeChunkFor(a, std::max<int64_t>(1, (Gmax + group_rows - 1) / group_rows));
   std::vector<int64_t> first(static_cast<size_t>(a.batch) + 1, 0);
   for (int64_t b = 0; b < a.batch; ++b)
     first[static_cast<size_t>(b) + 1] =
         first[static_cast<size_t>(b)] + ChunksOf(SeqOf(a, b).sk, chunk_keys);
+  // Rows in lanes: groups of 16 rather than 32 where that leaves a thread without two tasks
+  // (MQA at short contexts). Each row's arithmetic is the same either way.
+  if (wide_ok && first.back() * a.kv_heads * ((Gmax + 31) / 32) < 2 * std::max(1, a.threads))
+    group_rows = 16;
+  const int64_t NG = std::max<int64_t>(1, (Gmax + group_rows - 1) / group_rows);
   const int64_t qes = static_cast<int64_t>(dtype_size(a.dtype));
   const size_t per = per_thread;
   float* parts = reinterpret_cast<float*>(
@@ -1582,7 +1892,8 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const bool near = std::max(k_head_bytes, v_head_bytes) <= kDecodeNearHeadBytes;
   // As many heads as the task's rows allow, but no fewer than 4 tasks per thread while halving
   // can keep that.
-  int64_t NH = NG == 1 && near ? std::min(a.kv_heads, kDecodeTaskRows / DotRowsFor(Gmax)) : 1;
+  const int64_t head_rows = wide_ok && Gmax > kMaxDecodeRows ? WideLanes(Gmax) : DotRowsFor(Gmax);
+  int64_t NH = NG == 1 && near ? std::min(a.kv_heads, kDecodeTaskRows / head_rows) : 1;
   while (NH > 1 && first.back() * ((a.kv_heads + NH - 1) / NH) < 4 * std::max(1, a.threads))
     NH = (NH + 1) / 2;
   const int64_t HG = (a.kv_heads + NH - 1) / NH;
@@ -1628,15 +1939,15 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     switch (a.kv_dtype) {
       case DType::kF32:
         DecodeTask<float>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
-                          a.dtype, amx_ok, sc, part);
+                          a.dtype, amx_ok, wide_ok, sc, part);
         break;
       case DType::kBF16:
         DecodeTask<bf16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
-                           a.dtype, amx_ok, sc, part);
+                           a.dtype, amx_ok, wide_ok, sc, part);
         break;
       default:
         DecodeTask<f16_t>(kr, vr, nh, k_head_bytes, v_head_bytes, rows, G, D, Dv, c0, c1, qscale,
-                          a.dtype, amx_ok, sc, part);
+                          a.dtype, amx_ok, wide_ok, sc, part);
         break;
     }
     // A sequence of one chunk is finished here: its partials are the result, and the merge
