@@ -223,16 +223,19 @@ void decode_cases(Runner& R) {
     int64_t H, Hkv, D;
     bool all_lengths;  // 512, 4096 and 16384 tokens, or 4096 only
     int64_t page = 0;  // paged cache with pages of this many tokens (vLLM's 16), or contiguous
+    int64_t sq = 1;    // query tokens per call, causal among themselves
   };
   // MHA, GQA-4 (Llama-3-8B), GQA-8 (TinyLlama, Llama-3-70B) and MQA with 32 q heads. With g q
   // heads per kv head a decode does g / 2 FLOPs per byte of an f32 cache and g per byte of a
   // bf16 one, so for large g the products, not DRAM, set the floor on a few cores. Then MHA and
   // GQA-4 in a paged cache of 16-token pages, the pages in a shuffled order. Then head dim 64,
   // where each key's fixed costs (the score's lane sum, the softmax) weigh twice as much per
-  // byte: GQA-4 (Llama-3.2-1B's 32 / 8 heads) and GQA-3 (SmolLM2-135M's 9 / 3).
+  // byte: GQA-4 (Llama-3.2-1B's 32 / 8 heads) and GQA-3 (SmolLM2-135M's 9 / 3). Last, GQA-4
+  // with 4 query tokens per call (a speculative decoder's check of 4 drafted tokens): 16 query
+  // rows per kv head.
   const Shp shapes[] = {{32, 32, 128, true}, {32, 8, 128, true},       {32, 4, 128, false},
                         {32, 1, 128, false}, {32, 32, 128, false, 16}, {32, 8, 128, false, 16},
-                        {32, 8, 64, false},  {9, 3, 64, false}};
+                        {32, 8, 64, false},  {9, 3, 64, false},        {32, 8, 128, false, 0, 4}};
   std::vector<int64_t> lengths = {512, 4096, 16384};
   if (R.opt.quick) lengths = {4096};
   const double total_target = R.opt.quick ? 256.0 * 1048576.0 : 1.25 * 1073741824.0;
@@ -243,6 +246,7 @@ void decode_cases(Runner& R) {
         std::vector<std::pair<const char*, int64_t>> tag = {
             {"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D}, {"ctx", L}};
         if (sh.page) tag.push_back({"page", sh.page});
+        if (sh.sq > 1) tag.push_back({"sq", sh.sq});
         const std::string name =
             std::string("decode_attention_") + dtype_name(cdt) + "cache" + shape_tag(tag);
         if (!R.want(name)) continue;
@@ -254,7 +258,7 @@ void decode_cases(Runner& R) {
         std::vector<std::unique_ptr<Call>> calls;
         std::vector<Tensor> keep;
         // q and o in the cache's dtype, as in a model of that dtype.
-        Tensor q = filled(cdt, {1, 1, sh.H, sh.D}, 7);
+        Tensor q = filled(cdt, {1, sh.sq, sh.H, sh.D}, 7);
         Tensor lens = Tensor::empty(DType::kI32, {1});
         lens.data_as<int32_t>()[0] = static_cast<int32_t>(L);
         const int64_t pages = sh.page ? L / sh.page : 1, rows = sh.page ? sh.page : L;
@@ -266,8 +270,8 @@ void decode_cases(Runner& R) {
         for (int l = 0; l < layers; ++l) {
           Tensor kc = filled(cdt, {pages, sh.Hkv, rows, sh.D}, 100 + static_cast<uint32_t>(l));
           Tensor vc = filled(cdt, {pages, sh.Hkv, rows, sh.D}, 200 + static_cast<uint32_t>(l));
-          Tensor o = Tensor::empty(cdt, {1, 1, sh.H, sh.D});
-          Tensor lse = Tensor::empty(DType::kF32, {1, sh.H, 1});
+          Tensor o = Tensor::empty(cdt, {1, sh.sq, sh.H, sh.D});
+          Tensor lse = Tensor::empty(DType::kF32, {1, sh.H, sh.sq});
           PagedAttentionParam p;
           p.paged = sh.page > 0;
           calls.push_back(std::make_unique<Call>(p,
@@ -295,7 +299,7 @@ void decode_cases(Runner& R) {
         Timing t, tu, tr;
         std::unique_ptr<UnfusedAttention> un;
         Tensor ou = Tensor::empty(DType::kF32, {1, 1, sh.H, sh.D});
-        if (cdt == DType::kF32 && !sh.page) {
+        if (cdt == DType::kF32 && !sh.page && sh.sq == 1) {
           un = std::make_unique<UnfusedAttention>(sh.Hkv, sh.H / sh.Hkv, 1, L, sh.D, true,
                                                   R.ctx.num_threads());
           auto unfused = [&] {
@@ -316,7 +320,7 @@ void decode_cases(Runner& R) {
         r.seconds = per_call;
         r.spread = spread(t);
         r.bytes = kv_bytes;
-        r.flops = 4.0 * static_cast<double>(sh.H * sh.D * L);
+        r.flops = 4.0 * static_cast<double>(sh.H * sh.sq * sh.D * L);
         r.gbps = kv_bytes / per_call / 1e9;
         r.gflops = r.flops / per_call / 1e9;
         const double read_gbps = kv_bytes * layers / tr.median / 1e9;
@@ -324,10 +328,10 @@ void decode_cases(Runner& R) {
         // products' dtype (bf16 pair dots for a bf16 model where the CPU has them, AMX tiles
         // where the kernel runs them: bf16 q and cache, head dims multiples of 32, tasks of up
         // to 16 query rows per kv head).
-        const bool amx =
-            cdt == DType::kBF16 && R.lim.amx_bf16_gflops > 0 && sh.D % 32 == 0 &&
-            kernels::attention_amx_allowed() &&
-            kernels::attention_decode_bf16_amx(std::min<int64_t>(16, sh.H / sh.Hkv), sh.page);
+        const bool amx = cdt == DType::kBF16 && R.lim.amx_bf16_gflops > 0 && sh.D % 32 == 0 &&
+                         kernels::attention_amx_allowed() &&
+                         kernels::attention_decode_bf16_amx(
+                             std::min<int64_t>(16, sh.H / sh.Hkv * sh.sq), sh.page);
         const double peak = amx                   ? R.lim.amx_bf16_gflops
                             : cdt == DType::kBF16 ? R.lim.bf16_gflops
                                                   : R.lim.fma_gflops;
@@ -349,9 +353,10 @@ void decode_cases(Runner& R) {
             layers, kv_bytes / 1048576.0, layers * kv_bytes / 1073741824.0, read_gbps,
             R.lim.read_gbps,
             compute_s > tr.median ? "; floor: the FLOPs at the peak (slower than the read)" : "",
-            un        ? ""
-            : sh.page ? "; no unfused twin (paged)"
-                      : "; no unfused twin (oneDNN has no bf16 matmul on this CPU)");
+            un          ? ""
+            : sh.page   ? "; no unfused twin (paged)"
+            : sh.sq > 1 ? "; no unfused twin (several query tokens)"
+                        : "; no unfused twin (oneDNN has no bf16 matmul on this CPU)");
         r.note = note;
         R.emit(r);
       }
