@@ -482,6 +482,9 @@ std::vector<CaseSpec> self_attention_cases() {
   // AVX512_BF16 without AMX (two lane groups, 8 lanes unused), the mask applied per row.
   add({.dtype = bf16, .Sq = 2, .Sk = 1300, .Hq = 12, .Hkv = 1, .D = 64, .mask = MaskKind::kSqSk,
        .threads = 2});
+  // f32 with 16 rows per kv head over several chunks (their merge), ALiBi: rows in lanes on
+  // AVX-512, Oᵀ kept per task.
+  add({.Sq = 1, .Sk = 2500, .Hq = 16, .Hkv = 1, .D = 128, .alibi = true, .threads = 2});
   add({.Sq = 1, .Sk = 700, .Hq = 14, .Hkv = 2, .D = 64, .alibi = true});
   add({.dtype = bf16, .B = 2, .Sq = 1, .Sk = 600, .Hq = 6, .Hkv = 2, .D = 128, .threads = 2});
   add({.dtype = f16, .Sq = 1, .Sk = 530, .Hq = 10, .Hkv = 2, .D = 96, .mask = MaskKind::kSqSk,
@@ -996,6 +999,10 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 64, .Dv = 96, .block_size = 7, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1500, 40}, .Sq = 4, .Hq = 8, .Hkv = 1,
        .D = 128, .block_size = 16, .wl = 2, .threads = 2});
+  // The same with an f32 cache, head dims of no whole vector (40, 72), 20 rows; and a bf16 q.
+  add({.ctx = {900, 3}, .Sq = 2, .Hq = 10, .Hkv = 1, .D = 40, .Dv = 72, .block_size = 16,
+       .wl = 100, .threads = 2});
+  add({.q_dtype = bf16, .ctx = {600}, .Sq = 1, .Hq = 12, .Hkv = 1, .D = 64, .block_size = 7});
   // Several kv heads per decode task (their rows sit side by side in each page): MHA with 8
   // heads over 8 chunks, GQA-2 (4 heads per task), 5 kv heads in tasks of 3 and 2.
   add({.ctx = {2100, 700, 1}, .Sq = 1, .Hq = 8, .Hkv = 8, .D = 64, .threads = 2});
@@ -1028,6 +1035,10 @@ std::vector<CaseSpec> paged_attention_cases() {
        .Hkv = 8, .D = 64, .block_size = 4500, .paged = false, .threads = 2});
   add({.cache_dtype = bf16, .ctx = {3500}, .Sq = 1, .Hq = 4, .Hkv = 2, .D = 96,
        .block_size = 3600, .paged = false, .wl = 1500, .threads = 2});
+  // 2048-key chunks of 12 rows per kv head in lanes (f32 cache): their 512-key sub-blocks
+  // rescale Oᵀ where a later one holds a larger score.
+  add({.ctx = {4200}, .Sq = 1, .Hq = 48, .Hkv = 4, .D = 64, .block_size = 4200, .paged = false,
+       .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)
@@ -1539,6 +1550,19 @@ TEST(PagedAttentionOp, ThreadCountDoesNotChangeResults) {
       PagedAttentionParam{},
       {q.view, kc.view, vc.view, int_tensor(DType::kI32, ctx, {2}), block_tables_tensor(L)},
       "paged, seed " + std::to_string(rng.seed()));
+  // 28 query rows per kv head in lanes (bf16 model; f32 cache): one task of 28 rows per chunk at
+  // 1 thread, two of 16 and 12 at 2 and 3 threads (too few chunks for a thread each).
+  const std::vector<int64_t> ctx2 = {1000};
+  const CacheLayout L2 = make_layout(rng, ctx2, 16, true);
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    Buffer q2 = random_tensor(rng, dt, {1, 1, 28, 64}, false);
+    Buffer kc2 = random_tensor(rng, dt, {L2.num_blocks, 1, 16, 64}, false);
+    Buffer vc2 = random_tensor(rng, dt, {L2.num_blocks, 1, 16, 64}, false);
+    expect_thread_independent(
+        PagedAttentionParam{},
+        {q2.view, kc2.view, vc2.view, int_tensor(DType::kI32, ctx2, {1}), block_tables_tensor(L2)},
+        std::string("paged, 28 rows, ") + dtype_name(dt) + ", seed " + std::to_string(rng.seed()));
+  }
 }
 
 // ---- ReshapeAndCache --------------------------------------------------------------------------

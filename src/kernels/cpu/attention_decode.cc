@@ -1115,7 +1115,7 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
   }
 }
 
-#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+#if TBOOST_DECODE_REDUCE16
 // ---- Rows in lanes: 9 to 32 query rows per kv head, vector bf16 products ------------------
 // A decode with many query rows per key (MQA; a few tokens at once at GQA-4 or GQA-8, as
 // speculative decoding's checks and short prefill chunks run) keeps its rows in the lanes: Sᵀ
@@ -1127,75 +1127,17 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
 // P·V is the pair P·V reading its weight pairs from lanes (PvPass's pgs = 2, pqs = 2 · lanes).
 // Lanes: WideLanes(G); a task's rows past G are zero queries whose weights nothing reads.
 
-// st[t·ld + c] (ld = 16·NL) = qscale · (K row t · q_c) for KK keys of rows row_bytes apart.
-// mx[l]: the lanes' running maxima.
-template <int NL, int KK>
-TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysWide(const char* HWY_RESTRICT row, int64_t row_bytes,
-                                                 int64_t D, const uint32_t* HWY_RESTRICT q2t,
-                                                 __m512 scale, float* HWY_RESTRICT st, int64_t pf,
-                                                 __m512 (&mx)[NL]) {
-  constexpr int64_t ld = 16 * NL;
-  __m512 acc[KK][NL];
-#pragma GCC unroll 16
-  for (int kk = 0; kk < KK; ++kk)
-#pragma GCC unroll 2
-    for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < D / 2; p += 16) {  // a line of each key per step
-#pragma GCC unroll 16
-    for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * p, pf);
-#pragma GCC unroll 16
-    for (int64_t i = p; i < p + 16; ++i) {
-      __m512bh q[NL];
-#pragma GCC unroll 2
-      for (int l = 0; l < NL; ++l) q[l] = (__m512bh)_mm512_loadu_si512(q2t + i * ld + 16 * l);
-#pragma GCC unroll 16
-      for (int kk = 0; kk < KK; ++kk) {
-        int32_t pair;
-        std::memcpy(&pair, row + kk * row_bytes + 4 * i, sizeof pair);
-        const __m512bh k = (__m512bh)_mm512_set1_epi32(pair);
-#pragma GCC unroll 2
-        for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_dpbf16_ps(acc[kk][l], q[l], k);
-      }
-    }
-  }
-#pragma GCC unroll 16
-  for (int kk = 0; kk < KK; ++kk)
-#pragma GCC unroll 2
-    for (int l = 0; l < NL; ++l) {
-      const __m512 v = _mm512_mul_ps(acc[kk][l], scale);
-      _mm512_storeu_ps(st + kk * ld + 16 * l, v);
-      mx[l] = _mm512_max_ps(mx[l], v);
-    }
-}
-
-// Sᵀ of a span's n keys: 16 accumulators, 16 / NL keys at a time; mx (16·NL floats) takes the
-// lanes' maxima too, which spares the softmax a pass over Sᵀ.
-template <int NL>
-TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanWide(const char* row, int64_t row_bytes, int64_t n,
-                                                   int64_t D, const uint32_t* q2t, float qscale,
-                                                   float* st, int64_t pf, float* mx) {
-  constexpr int KK = 16 / NL;
-  constexpr int64_t ld = 16 * NL;
-  const __m512 scale = _mm512_set1_ps(qscale);
-  __m512 m[NL];
-  for (int l = 0; l < NL; ++l) m[l] = _mm512_loadu_ps(mx + 16 * l);
-  int64_t t = 0;
-  for (; t + KK <= n; t += KK)
-    DotKeysWide<NL, KK>(row + t * row_bytes, row_bytes, D, q2t, scale, st + t * ld, pf, m);
-  for (; t < n; ++t)
-    DotKeysWide<NL, 1>(row + t * row_bytes, row_bytes, D, q2t, scale, st + t * ld, pf, m);
-  for (int l = 0; l < NL; ++l) _mm512_storeu_ps(mx + 16 * l, m[l]);
-}
-
 // The online softmax of keys [s0, s1) for one head's G rows in lanes (st: (s1 - s0) x ld
 // base-2 logits, mx: their maxima per lane from the dots): the rows' masks, then st =
 // exp2(s - m_new) per lane (Exp2Scalef: the weights are rounded to bf16 next); the partials pr
 // (row g at pr + g·P: m, l, O) take the new maxima and sums, and O is rescaled where the
 // maximum grew.
-TBOOST_BF16_DOT_ATTR HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0,
-                                                   int64_t s1, float* st, int64_t ld,
-                                                   const float* mx, float* pr, int64_t P,
-                                                   int64_t Dvp) {
+// f32 caches (kScalef false: the exact Exp2, as the weights stay f32) keep O transposed
+// instead: ot[f·ld + c] (Dv features), rescaled here per feature vector.
+template <bool kScalef>
+HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0, int64_t s1,
+                              float* st, int64_t ld, const float* mx, float* pr, int64_t P,
+                              int64_t Dvp, float* ot = nullptr, int64_t Dv = 0) {
   const int64_t ns = s1 - s0;
   bool plain = true, extra = false;  // extra: ALiBi or a custom mask
   for (int64_t g = 0; g < G; ++g) {
@@ -1256,24 +1198,201 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, in
     __m512 sum = _mm512_setzero_ps();
     for (int64_t jj = 0; jj < ns; ++jj) {
       float* v = st + jj * ld + l;
-      const __m512 p = Exp2Scalef(VF{_mm512_sub_ps(_mm512_loadu_ps(v), msafe)}).raw;
+      const VF x{_mm512_sub_ps(_mm512_loadu_ps(v), msafe)};
+      const __m512 p = kScalef ? Exp2Scalef(x).raw : Exp2(DF(), x).raw;
       _mm512_storeu_ps(v, p);
       sum = _mm512_add_ps(sum, p);
     }
     _mm512_store_ps(mn, mnew);
     _mm512_store_ps(al, alpha);
     _mm512_store_ps(sums, _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(l0), alpha), sum));
+    if (ot && _mm512_cmp_ps_mask(alpha, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ) != 0)
+      for (int64_t f = 0; f < Dv; ++f)
+        _mm512_storeu_ps(ot + f * ld + l, _mm512_mul_ps(_mm512_loadu_ps(ot + f * ld + l), alpha));
     for (int64_t c = 0; c < nr; ++c) {
       float* r = pr + (l + c) * P;
       r[0] = mn[c];
       r[1] = sums[c];
-      if (al[c] != 1.0f) {
+      if (!ot && al[c] != 1.0f) {
         const __m512 a = _mm512_set1_ps(al[c]);
         for (int64_t x = 0; x < Dvp; x += 16)
           _mm512_storeu_ps(r + 2 + x, _mm512_mul_ps(_mm512_loadu_ps(r + 2 + x), a));
       }
     }
   }
+}
+
+// f32 caches (any head dims): Sᵀ from FMAs of a vector of the rows' scaled queries (qt: D x ld
+// floats) with one key element broadcast, and O kept transposed (ot[f·ld + c]), updated by FMAs
+// of a key's weight vector (its Sᵀ row, no conversion) with one value element broadcast: no
+// lane sums, no per-row weights. The task writes ot into the rows' partials at its end.
+
+// Sᵀ of KK keys (see DotKeysWide), f32.
+template <int NL, int KK>
+HWY_INLINE void DotKeysWideF32(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t D,
+                               const float* HWY_RESTRICT qt, float* HWY_RESTRICT st, int64_t pf,
+                               __m512 (&mx)[NL]) {
+  constexpr int64_t ld = 16 * NL;
+  __m512 acc[KK][NL];
+#pragma GCC unroll 16
+  for (int kk = 0; kk < KK; ++kk)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_setzero_ps();
+  for (int64_t d0 = 0; d0 < D; d0 += 16) {  // a line of each key per step
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * d0, pf);
+    const int64_t d1 = std::min(D, d0 + 16);
+    for (int64_t i = d0; i < d1; ++i) {
+      __m512 q[NL];
+#pragma GCC unroll 2
+      for (int l = 0; l < NL; ++l) q[l] = _mm512_loadu_ps(qt + i * ld + 16 * l);
+#pragma GCC unroll 16
+      for (int kk = 0; kk < KK; ++kk) {
+        const __m512 k = _mm512_set1_ps(reinterpret_cast<const float*>(row + kk * row_bytes)[i]);
+#pragma GCC unroll 2
+        for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_fmadd_ps(q[l], k, acc[kk][l]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int kk = 0; kk < KK; ++kk)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) {
+      _mm512_storeu_ps(st + kk * ld + 16 * l, acc[kk][l]);
+      mx[l] = _mm512_max_ps(mx[l], acc[kk][l]);
+    }
+}
+
+template <int NL>
+HWY_NOINLINE void DotSpanWideF32(const char* row, int64_t row_bytes, int64_t n, int64_t D,
+                                 const float* qt, float* st, int64_t pf, float* mx) {
+  constexpr int KK = 16 / NL;
+  constexpr int64_t ld = 16 * NL;
+  __m512 m[NL];
+  for (int l = 0; l < NL; ++l) m[l] = _mm512_loadu_ps(mx + 16 * l);
+  int64_t t = 0;
+  for (; t + KK <= n; t += KK)
+    DotKeysWideF32<NL, KK>(row + t * row_bytes, row_bytes, D, qt, st + t * ld, pf, m);
+  for (; t < n; ++t)
+    DotKeysWideF32<NL, 1>(row + t * row_bytes, row_bytes, D, qt, st + t * ld, pf, m);
+  for (int l = 0; l < NL; ++l) _mm512_storeu_ps(mx + 16 * l, m[l]);
+}
+
+// ot[(f0 + f)·ld + c] += sum over the block's nk value rows t of w[t·ld + c] · v_t[f0 + f],
+// f < F: F x NL accumulators across the block; each step asks for its share of the next
+// block's lines (PassAhead).
+template <int NL, int F>
+HWY_INLINE void PvTileWideF32(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t nk,
+                              int64_t f0, const float* HWY_RESTRICT w, float* HWY_RESTRICT ot,
+                              const PassAhead<>& pa) {
+  constexpr int64_t ld = 16 * NL;
+  __m512 acc[F][NL];
+#pragma GCC unroll 16
+  for (int f = 0; f < F; ++f)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) acc[f][l] = _mm512_loadu_ps(ot + (f0 + f) * ld + 16 * l);
+  for (int64_t t = 0; t < nk; ++t) {
+    pa.At(t);
+    const float* v = reinterpret_cast<const float*>(row + t * row_bytes) + f0;
+    __m512 p[NL];
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) p[l] = _mm512_loadu_ps(w + t * ld + 16 * l);
+#pragma GCC unroll 16
+    for (int f = 0; f < F; ++f) {
+      const __m512 b = _mm512_set1_ps(v[f]);
+#pragma GCC unroll 2
+      for (int l = 0; l < NL; ++l) acc[f][l] = _mm512_fmadd_ps(p[l], b, acc[f][l]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int f = 0; f < F; ++f)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) _mm512_storeu_ps(ot + (f0 + f) * ld + 16 * l, acc[f][l]);
+}
+
+// ot += Pᵀ·V over a span's n value rows (f32), the weights w = the span's Sᵀ rows after the
+// softmax: blocks of 16 KiB, each pass of F features over a block from L1 after the first.
+template <int NL>
+HWY_NOINLINE void AxpySpanWideF32(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
+                                  const float* w, float* ot, const char* next, int64_t next_rows) {
+  constexpr int F = 16 / NL;  // 16 accumulators
+  constexpr int64_t ld = 16 * NL;
+  const int64_t bytes = Dv * static_cast<int64_t>(sizeof(float)), X = (bytes + 63) / 64;
+  const int64_t npass = (Dv + F - 1) / F;
+  const int64_t block = std::max<int64_t>(8, (16 << 10) / bytes);
+  OverBlocks(row, row_bytes, n, block, npass, X, next, next_rows,
+             [&](const char* r, int64_t nk, int64_t t, const RowsAhead& ahead) HWY_ATTR {
+               const float* wb = w + t * ld;
+               int64_t f0 = 0;
+               for (; f0 + F <= Dv; f0 += F)
+                 PvTileWideF32<NL, F>(r, row_bytes, nk, f0, wb, ot,
+                                      PassAhead<>(ahead, f0 / F, nk, 1, X, row_bytes));
+               for (; f0 < Dv; ++f0)
+                 PvTileWideF32<NL, 1>(r, row_bytes, nk, f0, wb, ot,
+                                      PassAhead<>(ahead, npass - 1, nk, 1, X, row_bytes));
+             });
+}
+#endif
+
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+// st[t·ld + c] (ld = 16·NL) = qscale · (K row t · q_c) for KK keys of rows row_bytes apart.
+// mx[l]: the lanes' running maxima.
+template <int NL, int KK>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysWide(const char* HWY_RESTRICT row, int64_t row_bytes,
+                                                 int64_t D, const uint32_t* HWY_RESTRICT q2t,
+                                                 __m512 scale, float* HWY_RESTRICT st, int64_t pf,
+                                                 __m512 (&mx)[NL]) {
+  constexpr int64_t ld = 16 * NL;
+  __m512 acc[KK][NL];
+#pragma GCC unroll 16
+  for (int kk = 0; kk < KK; ++kk)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < D / 2; p += 16) {  // a line of each key per step
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * p, pf);
+#pragma GCC unroll 16
+    for (int64_t i = p; i < p + 16; ++i) {
+      __m512bh q[NL];
+#pragma GCC unroll 2
+      for (int l = 0; l < NL; ++l) q[l] = (__m512bh)_mm512_loadu_si512(q2t + i * ld + 16 * l);
+#pragma GCC unroll 16
+      for (int kk = 0; kk < KK; ++kk) {
+        int32_t pair;
+        std::memcpy(&pair, row + kk * row_bytes + 4 * i, sizeof pair);
+        const __m512bh k = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 2
+        for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_dpbf16_ps(acc[kk][l], q[l], k);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int kk = 0; kk < KK; ++kk)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) {
+      const __m512 v = _mm512_mul_ps(acc[kk][l], scale);
+      _mm512_storeu_ps(st + kk * ld + 16 * l, v);
+      mx[l] = _mm512_max_ps(mx[l], v);
+    }
+}
+
+// Sᵀ of a span's n keys: 16 accumulators, 16 / NL keys at a time; mx (16·NL floats) takes the
+// lanes' maxima too, which spares the softmax a pass over Sᵀ.
+template <int NL>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanWide(const char* row, int64_t row_bytes, int64_t n,
+                                                   int64_t D, const uint32_t* q2t, float qscale,
+                                                   float* st, int64_t pf, float* mx) {
+  constexpr int KK = 16 / NL;
+  constexpr int64_t ld = 16 * NL;
+  const __m512 scale = _mm512_set1_ps(qscale);
+  __m512 m[NL];
+  for (int l = 0; l < NL; ++l) m[l] = _mm512_loadu_ps(mx + 16 * l);
+  int64_t t = 0;
+  for (; t + KK <= n; t += KK)
+    DotKeysWide<NL, KK>(row + t * row_bytes, row_bytes, D, q2t, scale, st + t * ld, pf, m);
+  for (; t < n; ++t)
+    DotKeysWide<NL, 1>(row + t * row_bytes, row_bytes, D, q2t, scale, st + t * ld, pf, m);
+  for (int l = 0; l < NL; ++l) _mm512_storeu_ps(mx + 16 * l, m[l]);
 }
 
 // The weights of a span's n keys (st rows, ld lanes) as bf16 pairs for the P·V: pt[q·ld + c]
@@ -1530,16 +1649,21 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // Up to 8 rows: the P·V over the value rows in place (AmxPvRows), else over packed pairs.
   const bool pv_rows = amx && G <= 8;
   HWY_DASSERT(!amx_ok || dp_pv);
-  // More than kMaxDecodeRows rows without AMX: rows in lanes (DecodeWide; DotSpanWide).
-  const bool wide = wide_ok && G > kMaxDecodeRows;
-  HWY_DASSERT(!wide_ok || dp_pv);
 #else
   const bool dp = false, dp_pv = false, amx = false, pv_rows = false;
-  const bool wide = false;
   (void)amx_ok;
-  (void)wide_ok;
   (void)pv_rows;
 #endif
+  // More than kMaxDecodeRows rows without AMX: rows in lanes (DecodeWide; DotSpanWide for a
+  // bf16 model, DotSpanWideF32 for an f32 cache).
+#if TBOOST_DECODE_REDUCE16
+  const bool wide = wide_ok && G > kMaxDecodeRows;
+#else
+  const bool wide = false;
+  (void)wide_ok;
+#endif
+  const bool wide_f32 = wide && std::is_same_v<TK, float>;
+  HWY_DASSERT(!wide || wide_f32 || dp_pv);
   HWY_DASSERT(G <= kMaxDecodeRows || amx || wide);
   // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
   // outputs in that order until the task's end.
@@ -1564,8 +1688,14 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const int64_t ldq2 = Dp / 2;
   // The dots score Gd >= G rows per head, the extra ones zero queries whose scores nothing
   // reads. Head hh's query and score rows start at row hh·Gd (nh·Gd <= kDecodeTaskRows); rows in
-  // lanes: head hh's Gd lanes of q2t at q2 + hh·(D / 2)·Gd, of Sᵀ at sc.s + hh·Gd·kDecodeSub.
+  // lanes: head hh's Gd lanes of q2t at q2 + hh·(D / 2)·Gd (f32: of qt at sc.qs + hh·D·Gd), of
+  // Sᵀ at sc.s + hh·Gd·kDecodeSub, of Oᵀ (f32) at ot + hh·Dv·Gd.
   const int64_t Gd = wide ? WideLanes(G) : DotRowsFor(G);
+  float* ot = reinterpret_cast<float*>(sc.pb);  // DecodeWide: nh·Dv·Gd <= 32·256 floats
+  if (wide_f32) {
+    std::fill(sc.qs, sc.qs + nh * D * Gd, 0.0f);
+    std::fill(ot, ot + nh * Dv * Gd, 0.0f);
+  }
   for (int64_t hh = 0; hh < nh; ++hh) {
     const int64_t r0 = hh * Gd;
     if (wide) {
@@ -1579,6 +1709,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       const DecodeRowInfo& ri = rows[hh * G + g];
       if (dp) {
         if (!wide) std::memcpy(q2 + (r0 + g) * ldq2, ri.q, static_cast<size_t>(D) * sizeof(bf16_t));
+      } else if (wide_f32) {
+        convert(sc.row, DType::kF32, ri.q, qdtype, D);
+        float* qt = sc.qs + hh * D * Gd + g;
+        for (int64_t x = 0; x < D; ++x) qt[x * Gd] = sc.row[x] * qscale;
       } else {
         convert(sc.row, DType::kF32, ri.q, qdtype, D);
         float* q = sc.qs + (r0 + g) * Dp;
@@ -1593,7 +1727,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     }
   }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-  if (wide)
+  if (wide && !wide_f32)
     for (int64_t hh = 0; hh < nh; ++hh) PackQ2T(rows + hh * G, G, D, q2 + hh * D / 2 * Gd);
   if (amx) {
     for (int64_t hh = 0; hh < nh; ++hh)
@@ -1610,7 +1744,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 #endif
   // Whether the P·V goes over blocks of rows that ask for the next block (RowsAhead): the pair
   // P·V of several passes, the register tiles (AxpySpan).
-  const bool v_blocks = dp_pv || AxpyInBlocks(G, Dv);
+  const bool v_blocks = dp_pv || wide || AxpyInBlocks(G, Dv);
   const int64_t v_first_rows =
       std::clamp<int64_t>((16 << 10) / (Dv * static_cast<int64_t>(sizeof(TK))), 8, 64);
   // Keys any row may see.
@@ -1648,6 +1782,17 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
         const int64_t pf = hh + 1 == nh ? last_pf : ahead;
         const char* hrow = row + hh * k_head_bytes;
         float* out = sc.s + hh * Gd * kDecodeSub + (j - s0);
+#if TBOOST_DECODE_REDUCE16
+        if (wide_f32) {
+          const float* qt = sc.qs + hh * D * Gd;
+          float* st = sc.s + hh * Gd * kDecodeSub + (j - s0) * Gd;
+          if (Gd == 16)
+            DotSpanWideF32<1>(hrow, kr.row_bytes, n, D, qt, st, pf, wide_max + hh * Gd);
+          else
+            DotSpanWideF32<2>(hrow, kr.row_bytes, n, D, qt, st, pf, wide_max + hh * Gd);
+          continue;
+        }
+#endif
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (wide) {
           const uint32_t* qh = q2 + hh * D / 2 * Gd;
@@ -1679,13 +1824,17 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     // The task's first value rows (16 KiB), which no earlier block of a P·V of blocks asked for
     // (RowsAhead), into L2 while the softmax computes.
     if (v_blocks && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
-#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+#if TBOOST_DECODE_REDUCE16
     // Mask, then the online softmax: of a head's lanes at once (rows in lanes), else per row,
     // the weights also as bf16 for the pair P·V.
-    if (wide)
-      for (int64_t hh = 0; hh < nh; ++hh)
-        SoftmaxWide(rows + hh * G, G, s0, s1, sc.s + hh * Gd * kDecodeSub, Gd, wide_max + hh * Gd,
-                    part[hh], P, Dvp);
+    for (int64_t hh = 0; hh < (wide ? nh : 0); ++hh) {
+      float* st = sc.s + hh * Gd * kDecodeSub;
+      if (wide_f32)
+        SoftmaxWide<false>(rows + hh * G, G, s0, s1, st, Gd, wide_max + hh * Gd, part[hh], P, Dvp,
+                           ot + hh * Dv * Gd, Dv);
+      else
+        SoftmaxWide<true>(rows + hh * G, G, s0, s1, st, Gd, wide_max + hh * Gd, part[hh], P, Dvp);
+    }
 #endif
     for (int64_t r = 0; r < (wide ? 0 : nh * G); ++r) {
       const int64_t hh = r / G, g = r % G;
@@ -1715,6 +1864,16 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           next_rows = std::min(vr.table ? vr.block_size - (j + n) % vr.block_size : kDecodeSub,
                                hi + 1 - (j + n));
         }
+#if TBOOST_DECODE_REDUCE16
+        if (wide_f32) {
+          const float* w = sc.s + hh * Gd * kDecodeSub + (j - s0) * Gd;
+          if (Gd == 16)
+            AxpySpanWideF32<1>(hrow, vr.row_bytes, n, Dv, w, ot + hh * Dv * Gd, next, next_rows);
+          else
+            AxpySpanWideF32<2>(hrow, vr.row_bytes, n, Dv, w, ot + hh * Dv * Gd, next, next_rows);
+          continue;
+        }
+#endif
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
         if (wide) {  // the span's weight pairs (pairs from its first key on), then the P·V
           uint32_t* pt = reinterpret_cast<uint32_t*>(sc.pb) + hh * Gd * kDecodeSub / 2;
@@ -1741,6 +1900,13 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       }
     });
   }
+  if (wide_f32)  // Oᵀ into the rows' partials
+    for (int64_t hh = 0; hh < nh; ++hh)
+      for (int64_t g = 0; g < G; ++g) {
+        float* o = part[hh] + g * P + 2;
+        const float* src = ot + hh * Dv * Gd + g;
+        for (int64_t x = 0; x < Dv; ++x) o[x] = src[x * Gd];
+      }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   if (amx) amx_end();
   if (dp_pv)  // the pair P·V's outputs from lane order to the natural one
@@ -1826,6 +1992,13 @@ bool DecodeAmx(const AttentionArgs& a) {
 // in lanes (DotSpanWide): bf16 q and cache, head dims multiples of 32, vdpbf16ps, no AMX. Such
 // calls take up to kDecodeTaskRows rows per task and kv head.
 bool DecodeWide(const AttentionArgs& a, bool amx_ok) {
+#if TBOOST_DECODE_REDUCE16
+  // f32 caches from 17 rows on (two lane groups; at 12-16 rows, one group, the FMAs wait on
+  // one broadcast load each and ran no faster than rows in groups of 8, from L3: f32 GQA-12
+  // at head dim 64 4-19% slower, 16 rows 2% faster). Oᵀ (Dv x 32 floats per task) takes the
+  // bf16 weights' scratch.
+  if (a.kv_dtype == DType::kF32) return Group(a) * a.sq > 16 && a.v_head_dim <= kDecodeSub / 2;
+#endif
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   return !amx_ok && a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
          a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16;
@@ -1854,8 +2027,10 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     first[static_cast<size_t>(b) + 1] =
         first[static_cast<size_t>(b)] + ChunksOf(SeqOf(a, b).sk, chunk_keys);
   // Rows in lanes: groups of 16 rather than 32 where that leaves a thread without two tasks
-  // (MQA at short contexts). Each row's arithmetic is the same either way.
-  if (wide_ok && first.back() * a.kv_heads * ((Gmax + 31) / 32) < 2 * std::max(1, a.threads))
+  // (MQA at short contexts) and no group of 8 or fewer rows (those take the row-by-row kernels):
+  // each row's arithmetic is then the same either way, whatever the thread count.
+  if (wide_ok && first.back() * a.kv_heads * ((Gmax + 31) / 32) < 2 * std::max(1, a.threads) &&
+      (Gmax % 16 == 0 || Gmax % 16 > kMaxDecodeRows))
     group_rows = 16;
   const int64_t NG = std::max<int64_t>(1, (Gmax + group_rows - 1) / group_rows);
   const int64_t qes = static_cast<int64_t>(dtype_size(a.dtype));
