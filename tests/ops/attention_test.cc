@@ -482,9 +482,10 @@ std::vector<CaseSpec> self_attention_cases() {
   // AVX512_BF16 without AMX (two lane groups, 8 lanes unused), the mask applied per row.
   add({.dtype = bf16, .Sq = 2, .Sk = 1300, .Hq = 12, .Hkv = 1, .D = 64, .mask = MaskKind::kSqSk,
        .threads = 2});
-  // f32 with 16 rows per kv head over several chunks (their merge), ALiBi: rows in lanes on
-  // AVX-512, Oᵀ kept per task.
-  add({.Sq = 1, .Sk = 2500, .Hq = 16, .Hkv = 1, .D = 128, .alibi = true, .threads = 2});
+  // f32 with 20 rows per kv head over several chunks (their merge), ALiBi: rows in lanes on
+  // AVX-512, Oᵀ kept per task; a custom mask with 2 tokens x 9 heads.
+  add({.Sq = 1, .Sk = 2500, .Hq = 20, .Hkv = 1, .D = 128, .alibi = true, .threads = 2});
+  add({.Sq = 2, .Sk = 900, .Hq = 9, .Hkv = 1, .D = 48, .mask = MaskKind::kSqSk, .threads = 2});
   add({.Sq = 1, .Sk = 700, .Hq = 14, .Hkv = 2, .D = 64, .alibi = true});
   add({.dtype = bf16, .B = 2, .Sq = 1, .Sk = 600, .Hq = 6, .Hkv = 2, .D = 128, .threads = 2});
   add({.dtype = f16, .Sq = 1, .Sk = 530, .Hq = 10, .Hkv = 2, .D = 96, .mask = MaskKind::kSqSk,
@@ -999,10 +1000,14 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 64, .Dv = 96, .block_size = 7, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1500, 40}, .Sq = 4, .Hq = 8, .Hkv = 1,
        .D = 128, .block_size = 16, .wl = 2, .threads = 2});
-  // The same with an f32 cache, head dims of no whole vector (40, 72), 20 rows; and a bf16 q.
-  add({.ctx = {900, 3}, .Sq = 2, .Hq = 10, .Hkv = 1, .D = 40, .Dv = 72, .block_size = 16,
+  // The same with an f32 cache, head dims of no whole vector (40, 100: a last pass of 4
+  // features), 20 rows; and a bf16 q, 18 rows. Two kv heads per task in lanes (12 rows each,
+  // enough chunks to keep both): bf16, 16-key pages.
+  add({.ctx = {900, 3}, .Sq = 2, .Hq = 10, .Hkv = 1, .D = 40, .Dv = 100, .block_size = 16,
        .wl = 100, .threads = 2});
-  add({.q_dtype = bf16, .ctx = {600}, .Sq = 1, .Hq = 12, .Hkv = 1, .D = 64, .block_size = 7});
+  add({.q_dtype = bf16, .ctx = {600}, .Sq = 1, .Hq = 18, .Hkv = 1, .D = 64, .block_size = 7});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {2000, 1500, 900}, .Sq = 1, .Hq = 24,
+       .Hkv = 2, .D = 64, .threads = 2});
   // Several kv heads per decode task (their rows sit side by side in each page): MHA with 8
   // heads over 8 chunks, GQA-2 (4 heads per task), 5 kv heads in tasks of 3 and 2.
   add({.ctx = {2100, 700, 1}, .Sq = 1, .Hq = 8, .Hkv = 8, .D = 64, .threads = 2});
@@ -1035,10 +1040,13 @@ std::vector<CaseSpec> paged_attention_cases() {
        .Hkv = 8, .D = 64, .block_size = 4500, .paged = false, .threads = 2});
   add({.cache_dtype = bf16, .ctx = {3500}, .Sq = 1, .Hq = 4, .Hkv = 2, .D = 96,
        .block_size = 3600, .paged = false, .wl = 1500, .threads = 2});
-  // 2048-key chunks of 12 rows per kv head in lanes (f32 cache): their 512-key sub-blocks
-  // rescale Oᵀ where a later one holds a larger score.
-  add({.ctx = {4200}, .Sq = 1, .Hq = 48, .Hkv = 4, .D = 64, .block_size = 4200, .paged = false,
+  // 2048-key chunks of 20 (f32 cache) and 16 (bf16) rows per kv head in lanes: their 512-key
+  // sub-blocks rescale Oᵀ or the rows' partials where a later one holds a larger score (a large
+  // scale spreads the bf16 scores, so a missed rescale shows beyond bf16's tolerance).
+  add({.ctx = {4200}, .Sq = 1, .Hq = 80, .Hkv = 4, .D = 64, .block_size = 4200, .paged = false,
        .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {4200}, .Sq = 1, .Hq = 64, .Hkv = 4,
+       .D = 64, .block_size = 4200, .paged = false, .scale = 1.5f, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)
@@ -1445,6 +1453,20 @@ TEST(SelfAttentionOp, ThreadCountDoesNotChangeResults) {
     Buffer k = random_tensor(rng, DType::kF32, {1, c.Sk, c.Hkv, 64}, false);
     Buffer v = random_tensor(rng, DType::kF32, {1, c.Sk, c.Hkv, 64}, false);
     expect_thread_independent(AttentionParam{.causal = c.causal}, {q.view, k.view, v.view}, what);
+  }
+  // A varlen batch of 7 and 5 tokens x 4 q heads per kv head: 28 and 20 decode rows, in lanes
+  // (f32 and bf16). With 2 or more threads the 28 rows go in groups of 16 and 12; the 20 must
+  // stay one group (16 + 4 would put 4 rows on the row-by-row kernels).
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    Rng rng;
+    Buffer q = random_tensor(rng, dt, {12, 4, 64}, false);
+    Buffer k = random_tensor(rng, dt, {500, 1, 64}, false);
+    Buffer v = random_tensor(rng, dt, {500, 1, 64}, false);
+    expect_thread_independent(AttentionParam{.causal = true, .varlen = true},
+                              {q.view, k.view, v.view, int_tensor(DType::kI32, {0, 7, 12}, {3}),
+                               int_tensor(DType::kI32, {0, 300, 500}, {3})},
+                              std::string("varlen 7 and 5 tokens, ") + dtype_name(dt) + ", seed " +
+                                  std::to_string(rng.seed()));
   }
 }
 

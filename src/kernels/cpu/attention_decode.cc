@@ -1193,8 +1193,11 @@ HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0, 
     // A row with no visible key so far keeps m = -inf: its weights exp2(-inf - 0) are 0.
     const __m512 msafe =
         _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), mnew, _mm512_setzero_ps());
-    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mold, ninf, _CMP_NEQ_UQ),
-                                             Exp2(DF(), VF{_mm512_sub_ps(mold, msafe)}).raw);
+    // Lanes past the rows keep alpha = 1, so they never ask for a rescale of Oᵀ.
+    const __m512 alpha =
+        _mm512_mask_blend_ps(static_cast<__mmask16>((1u << nr) - 1), _mm512_set1_ps(1.0f),
+                             _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mold, ninf, _CMP_NEQ_UQ),
+                                                 Exp2(DF(), VF{_mm512_sub_ps(mold, msafe)}).raw));
     __m512 sum = _mm512_setzero_ps();
     for (int64_t jj = 0; jj < ns; ++jj) {
       float* v = st + jj * ld + l;
@@ -1310,6 +1313,18 @@ HWY_INLINE void PvTileWideF32(const char* HWY_RESTRICT row, int64_t row_bytes, i
     for (int l = 0; l < NL; ++l) _mm512_storeu_ps(ot + (f0 + f) * ld + 16 * l, acc[f][l]);
 }
 
+// The last rest < 16 / NL features of PvTileWideF32, in one pass.
+template <int NL, int F = 1>
+HWY_INLINE void PvTileRestF32(int64_t rest, const char* row, int64_t row_bytes, int64_t nk,
+                              int64_t f0, const float* w, float* ot, const PassAhead<>& pa) {
+  if constexpr (F < 16 / NL) {
+    if (rest == F)
+      PvTileWideF32<NL, F>(row, row_bytes, nk, f0, w, ot, pa);
+    else
+      PvTileRestF32<NL, F + 1>(rest, row, row_bytes, nk, f0, w, ot, pa);
+  }
+}
+
 // ot += Pᵀ·V over a span's n value rows (f32), the weights w = the span's Sᵀ rows after the
 // softmax: blocks of 16 KiB, each pass of F features over a block from L1 after the first.
 template <int NL>
@@ -1327,9 +1342,9 @@ HWY_NOINLINE void AxpySpanWideF32(const char* row, int64_t row_bytes, int64_t n,
                for (; f0 + F <= Dv; f0 += F)
                  PvTileWideF32<NL, F>(r, row_bytes, nk, f0, wb, ot,
                                       PassAhead<>(ahead, f0 / F, nk, 1, X, row_bytes));
-               for (; f0 < Dv; ++f0)
-                 PvTileWideF32<NL, 1>(r, row_bytes, nk, f0, wb, ot,
-                                      PassAhead<>(ahead, npass - 1, nk, 1, X, row_bytes));
+               if (f0 < Dv)
+                 PvTileRestF32<NL>(Dv - f0, r, row_bytes, nk, f0, wb, ot,
+                                   PassAhead<>(ahead, npass - 1, nk, 1, X, row_bytes));
              });
 }
 #endif
@@ -2027,11 +2042,17 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     first[static_cast<size_t>(b) + 1] =
         first[static_cast<size_t>(b)] + ChunksOf(SeqOf(a, b).sk, chunk_keys);
   // Rows in lanes: groups of 16 rather than 32 where that leaves a thread without two tasks
-  // (MQA at short contexts) and no group of 8 or fewer rows (those take the row-by-row kernels):
-  // each row's arithmetic is then the same either way, whatever the thread count.
-  if (wide_ok && first.back() * a.kv_heads * ((Gmax + 31) / 32) < 2 * std::max(1, a.threads) &&
-      (Gmax % 16 == 0 || Gmax % 16 > kMaxDecodeRows))
-    group_rows = 16;
+  // (MQA at short contexts) and splits no sequence's last group of 17-24 rows into 16 and 8 or
+  // fewer (those take the row-by-row kernels): each row's arithmetic is then the same either
+  // way, whatever the thread count.
+  if (wide_ok && first.back() * a.kv_heads * ((Gmax + 31) / 32) < 2 * std::max(1, a.threads)) {
+    bool same = true;
+    for (int64_t b = 0; b < a.batch && same; ++b) {
+      const int64_t tail = g * SeqOf(a, b).sq % 32;
+      same = tail <= 16 || tail > 16 + kMaxDecodeRows;
+    }
+    if (same) group_rows = 16;
+  }
   const int64_t NG = std::max<int64_t>(1, (Gmax + group_rows - 1) / group_rows);
   const int64_t qes = static_cast<int64_t>(dtype_size(a.dtype));
   const size_t per = per_thread;
