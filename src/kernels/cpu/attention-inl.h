@@ -37,9 +37,10 @@ constexpr int kR = 8;
 constexpr int kR = 6;
 #endif
 constexpr int kV = 2;
-// Query rows per kv head a decode task computes at once (its kernels' widest case). A call with
-// up to kMaxDecodeRows query tokens per sequence takes the decode path whatever the group size:
-// the g·Sq rows of a kv head are split into groups of at most this many rows, one task each.
+// Query rows per kv head a decode task's row-by-row kernels compute at once (their widest
+// case). A call with up to DecodeTokenCap query tokens per sequence takes the decode path
+// whatever the group size: the g·Sq rows of a kv head are split into groups of at most this
+// many rows (32 where they go in lanes or on AMX), one task each.
 constexpr int64_t kMaxDecodeRows = 8;
 // Query rows of all the kv heads a decode task takes at once (heads whose rows are near each
 // other, as in a paged cache's pages: DecodeForward): its scratch holds this many rows.
@@ -287,10 +288,25 @@ inline float MaskLog2(float m) {
 inline int64_t PartialFloats(int64_t Dv) { return Dv + 2; }
 
 inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
-// Decode for up to kMaxDecodeRows query tokens per sequence, any group size. A flash tile holds
-// Br queries of one head, so there a decode step (one query per head) would use 1 of its Br rows
-// (MQA decode with 32 q heads ran at 0.01 of the DRAM read that way).
-inline bool UseDecode(const AttentionArgs& a) { return a.sq <= kMaxDecodeRows; }
+// Decode for up to DecodeTokenCap(a) query tokens per sequence, any group size. A flash tile
+// holds Br queries of one head, so there a decode step (one query per head) would use 1 of its
+// Br rows (MQA decode with 32 q heads ran at 0.01 of the DRAM read that way), and each q head of
+// a GQA group reads K and V again. On AVX-512 (Br = 32) up to 16 tokens: with a long cache the
+// decode path (its rows in lanes from 9 rows per kv head) ran 1.4-4.3x faster than the flash
+// tiles at 9-16 tokens, bf16 and f32, MHA, GQA-4 and MQA (Zen 5, caches in L3, bench/RESULTS.md,
+// "twenty-first session"); at 31 tokens f32 MQA was 7% slower. Elsewhere, and where bf16
+// prefill runs on AMX tiles (not measured there), up to kMaxDecodeRows.
+inline int64_t DecodeTokenCap(const AttentionArgs& a) {
+#if HWY_TARGET == HWY_AVX3
+  const bool amx_prefill = a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16 && a.allow_amx &&
+                           attention_prefill_bf16_amx();
+  return amx_prefill ? kMaxDecodeRows : 2 * kMaxDecodeRows;
+#else
+  (void)a;
+  return kMaxDecodeRows;
+#endif
+}
+inline bool UseDecode(const AttentionArgs& a) { return a.sq <= DecodeTokenCap(a); }
 // Decode chunks of a sequence with n keys (at least one, so a row that sees nothing still
 // gets its partial written).
 inline int64_t ChunksOf(int64_t n, int64_t chunk = kDecodeChunk) {
@@ -332,8 +348,8 @@ inline size_t DecodeScratchBytes(const AttentionArgs& a) {
 }
 inline size_t PartialBytes(const AttentionArgs& a) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  // Every query row of the decode path (at most kMaxDecodeRows tokens per sequence).
-  const int64_t rows = Group(a) * std::min(a.sq, kMaxDecodeRows);
+  // Every query row of the decode path (at most DecodeTokenCap(a) tokens per sequence).
+  const int64_t rows = Group(a) * std::min(a.sq, DecodeTokenCap(a));
   return static_cast<size_t>(ChunksBound(a) * a.kv_heads * rows *
                              PartialFloats(RoundUp(a.v_head_dim, N))) *
              sizeof(float) +
