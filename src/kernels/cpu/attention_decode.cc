@@ -1230,17 +1230,28 @@ HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0, 
 // of a key's weight vector (its Sᵀ row, no conversion) with one value element broadcast: no
 // lane sums, no per-row weights. The task writes ot into the rows' partials at its end.
 
+// Sᵀ rows of KK keys (ld = 16·NL apart) from their accumulators times scale, and the lanes'
+// running maxima mx.
+template <int NL, int KK>
+HWY_INLINE void StoreWideScores(const __m512 (&acc)[KK][NL], __m512 scale, float* HWY_RESTRICT st,
+                                __m512 (&mx)[NL]) {
+#pragma GCC unroll 16
+  for (int kk = 0; kk < KK; ++kk)
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) {
+      const __m512 v = _mm512_mul_ps(acc[kk][l], scale);
+      _mm512_storeu_ps(st + kk * 16 * NL + 16 * l, v);
+      mx[l] = _mm512_max_ps(mx[l], v);
+    }
+}
+
 // Sᵀ of KK keys (see DotKeysWide), f32.
 template <int NL, int KK>
 HWY_INLINE void DotKeysWideF32(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t D,
                                const float* HWY_RESTRICT qt, float* HWY_RESTRICT st, int64_t pf,
                                __m512 (&mx)[NL]) {
   constexpr int64_t ld = 16 * NL;
-  __m512 acc[KK][NL];
-#pragma GCC unroll 16
-  for (int kk = 0; kk < KK; ++kk)
-#pragma GCC unroll 2
-    for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_setzero_ps();
+  __m512 acc[KK][NL] = {};
   for (int64_t d0 = 0; d0 < D; d0 += 16) {  // a line of each key per step
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * d0, pf);
@@ -1257,13 +1268,7 @@ HWY_INLINE void DotKeysWideF32(const char* HWY_RESTRICT row, int64_t row_bytes, 
       }
     }
   }
-#pragma GCC unroll 16
-  for (int kk = 0; kk < KK; ++kk)
-#pragma GCC unroll 2
-    for (int l = 0; l < NL; ++l) {
-      _mm512_storeu_ps(st + kk * ld + 16 * l, acc[kk][l]);
-      mx[l] = _mm512_max_ps(mx[l], acc[kk][l]);
-    }
+  StoreWideScores<NL, KK>(acc, _mm512_set1_ps(1.0f), st, mx);
 }
 
 template <int NL>
@@ -1358,11 +1363,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysWide(const char* HWY_RESTRICT row, i
                                                  __m512 scale, float* HWY_RESTRICT st, int64_t pf,
                                                  __m512 (&mx)[NL]) {
   constexpr int64_t ld = 16 * NL;
-  __m512 acc[KK][NL];
-#pragma GCC unroll 16
-  for (int kk = 0; kk < KK; ++kk)
-#pragma GCC unroll 2
-    for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_setzero_ps();
+  __m512 acc[KK][NL] = {};
   for (int64_t p = 0; p < D / 2; p += 16) {  // a line of each key per step
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * p, pf);
@@ -1381,14 +1382,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysWide(const char* HWY_RESTRICT row, i
       }
     }
   }
-#pragma GCC unroll 16
-  for (int kk = 0; kk < KK; ++kk)
-#pragma GCC unroll 2
-    for (int l = 0; l < NL; ++l) {
-      const __m512 v = _mm512_mul_ps(acc[kk][l], scale);
-      _mm512_storeu_ps(st + kk * ld + 16 * l, v);
-      mx[l] = _mm512_max_ps(mx[l], v);
-    }
+  StoreWideScores<NL, KK>(acc, scale, st, mx);
 }
 
 // Sᵀ of a span's n keys: 16 accumulators, 16 / NL keys at a time; mx (16·NL floats) takes the
