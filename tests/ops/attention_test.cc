@@ -490,6 +490,9 @@ std::vector<CaseSpec> self_attention_cases() {
   add({.Sq = 16, .Sk = 1300, .Hq = 2, .Hkv = 2, .D = 96, .causal = true, .wl = 700,
        .threads = 2});
   add({.dtype = f16, .Sq = 9, .Sk = 600, .Hq = 8, .Hkv = 1, .D = 64, .causal = true});
+  // Up to 32 tokens there for a bf16 model: 24 causal tokens of GQA-4 (96 rows, 3 groups).
+  add({.dtype = bf16, .Sq = 24, .Sk = 1500, .Hq = 8, .Hkv = 2, .D = 64, .causal = true,
+       .threads = 2});
   // f32 with 20 rows per kv head over several chunks (their merge), ALiBi: rows in lanes on
   // AVX-512, Oᵀ kept per task; a custom mask with 2 tokens x 9 heads.
   add({.Sq = 1, .Sk = 2500, .Hq = 20, .Hkv = 1, .D = 128, .alibi = true, .threads = 2});
@@ -1011,9 +1014,11 @@ std::vector<CaseSpec> paged_attention_cases() {
   // The same with an f32 cache, head dims of no whole vector (40, 100: a last pass of 4
   // features), 20 rows; and a bf16 q, 18 rows. Two kv heads per task in lanes (12 rows each,
   // enough chunks to keep both): bf16, 16-key pages.
-  // 16 new tokens of a chunked prefill (decode path on AVX-512 without AMX prefill).
+  // 16 and 32 new tokens of a chunked prefill (decode path on AVX-512 without AMX prefill).
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 16}, .Sq = 16, .Hq = 4, .Hkv = 1,
        .D = 64, .block_size = 16, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {900, 40}, .Sq = 32, .Hq = 2, .Hkv = 1,
+       .D = 128, .block_size = 16, .wl = 500, .threads = 2});
   add({.ctx = {900, 3}, .Sq = 2, .Hq = 10, .Hkv = 1, .D = 40, .Dv = 100, .block_size = 16,
        .wl = 100, .threads = 2});
   add({.q_dtype = bf16, .ctx = {600}, .Sq = 1, .Hq = 18, .Hkv = 1, .D = 64, .block_size = 7});

@@ -291,16 +291,21 @@ inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
 // Decode for up to DecodeTokenCap(a) query tokens per sequence, any group size. A flash tile
 // holds Br queries of one head, so there a decode step (one query per head) would use 1 of its
 // Br rows (MQA decode with 32 q heads ran at 0.01 of the DRAM read that way), and each q head of
-// a GQA group reads K and V again. On AVX-512 (Br = 32) up to 16 tokens: with a long cache the
-// decode path (its rows in lanes from 9 rows per kv head) ran 1.4-4.3x faster than the flash
-// tiles at 9-16 tokens, bf16 and f32, MHA, GQA-4 and MQA (Zen 5, caches in L3, bench/RESULTS.md,
-// "twenty-first session"); at 31 tokens f32 MQA was 7% slower. Elsewhere, and where bf16
-// prefill runs on AMX tiles (not measured there), up to kMaxDecodeRows.
+// a GQA group reads K and V again. On AVX-512 (Br = 32), against long caches in L3 (Zen 5,
+// bench/RESULTS.md, "twenty-first session"), the decode path (rows in lanes from 9 rows per kv
+// head) was faster than the flash tiles:
+// - bf16 q and cache on AVX512_BF16 (head dims multiples of 32): 1.15-4.3x at 9-32 tokens, MHA,
+//   GQA-4, GQA-8, MQA, head dims 64 and 128; up to 32 tokens;
+// - f32: 1.4-1.9x at 9-16 tokens, but at 31 f32 MQA was 7% slower; up to 16 (as other bf16).
+// Elsewhere, and where bf16 prefill runs on AMX tiles (not measured there), up to
+// kMaxDecodeRows.
 inline int64_t DecodeTokenCap(const AttentionArgs& a) {
 #if HWY_TARGET == HWY_AVX3
-  const bool amx_prefill = a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16 && a.allow_amx &&
-                           attention_prefill_bf16_amx();
-  return amx_prefill ? kMaxDecodeRows : 2 * kMaxDecodeRows;
+  const bool bf16 = a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16;
+  if (bf16 && a.allow_amx && attention_prefill_bf16_amx()) return kMaxDecodeRows;
+  const bool pairs =
+      bf16 && a.head_dim % 32 == 0 && a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16;
+  return pairs ? 4 * kMaxDecodeRows : 2 * kMaxDecodeRows;
 #else
   (void)a;
   return kMaxDecodeRows;
