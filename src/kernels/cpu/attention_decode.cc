@@ -2002,11 +2002,12 @@ bool DecodeAmx(const AttentionArgs& a) {
 // calls take up to kDecodeTaskRows rows per task and kv head.
 bool DecodeWide(const AttentionArgs& a, bool amx_ok) {
 #if TBOOST_DECODE_REDUCE16
-  // f32 caches from 17 rows on (two lane groups; at 12-16 rows, one group, the FMAs wait on
-  // one broadcast load each and ran no faster than rows in groups of 8, from L3: f32 GQA-12
-  // at head dim 64 4-19% slower, 16 rows 2% faster). Oᵀ (Dv x 32 floats per task) takes the
-  // bf16 weights' scratch.
-  if (a.kv_dtype == DType::kF32) return Group(a) * a.sq > 16 && a.v_head_dim <= kDecodeSub / 2;
+  // f32 caches from 16 rows on. At 12 rows (a lane group with 4 unused lanes, the FMAs waiting
+  // on one broadcast load each) f32 at head dim 64 ran 4-19% slower than rows in groups of 8
+  // (from L3); at 16 rows GQA-4 with 4 tokens ran 19-23% faster from DRAM (head dim 128) and
+  // 13-28% from L3 (head dim 64), MQA with 16 heads within ±5%. Oᵀ (Dv x 32 floats per task)
+  // takes the bf16 weights' scratch.
+  if (a.kv_dtype == DType::kF32) return Group(a) * a.sq >= 16 && a.v_head_dim <= kDecodeSub / 2;
 #endif
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   return !amx_ok && a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
