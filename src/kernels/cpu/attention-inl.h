@@ -296,16 +296,22 @@ inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
 // head) was faster than the flash tiles:
 // - bf16 q and cache on AVX512_BF16 (head dims multiples of 32): 1.15-4.3x at 9-32 tokens, MHA,
 //   GQA-4, GQA-8, MQA, head dims 64 and 128; up to 32 tokens;
-// - f32: 1.4-1.9x at 9-16 tokens, but at 31 f32 MQA was 7% slower; up to 16 (as other bf16).
+// - f32: 1.4-1.9x at 9-16 tokens, but at 31 f32 MQA was 7% slower; up to 16, as for a bf16
+//   model without the pair path (not measured separately).
 // Elsewhere, and where bf16 prefill runs on AMX tiles (not measured there), up to
 // kMaxDecodeRows.
+// Whether a decode call can dot bf16 pairs with vdpbf16ps (DecodeTask's pair path): bf16 q and
+// cache, head dims multiples of 32, AVX512_BF16. The AMX decode (DecodeAmx), rows in lanes
+// (DecodeWide) and the token cap below all start from this.
+inline bool DecodeBf16Pairs(const AttentionArgs& a) {
+  return a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
+         a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16;
+}
 inline int64_t DecodeTokenCap(const AttentionArgs& a) {
 #if HWY_TARGET == HWY_AVX3
   const bool bf16 = a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16;
   if (bf16 && a.allow_amx && attention_prefill_bf16_amx()) return kMaxDecodeRows;
-  const bool pairs =
-      bf16 && a.head_dim % 32 == 0 && a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16;
-  return pairs ? 4 * kMaxDecodeRows : 2 * kMaxDecodeRows;
+  return DecodeBf16Pairs(a) ? 4 * kMaxDecodeRows : 2 * kMaxDecodeRows;
 #else
   (void)a;
   return kMaxDecodeRows;

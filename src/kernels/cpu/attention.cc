@@ -19,9 +19,10 @@
 // Why our own micro-kernels rather than oneDNN: a library call per (Br x Bc) tile costs more
 // than the tile's arithmetic, and the online softmax must sit between the two products.
 //
-// Decode (DecodeTask): with few query tokens per sequence (Sq <= DecodeTokenCap: 8, or 16 on
-// AVX-512 without AMX prefill) a tile of Br queries of one head would be mostly padding and the
-// products would be bound by broadcasts, so each key row is instead streamed once and dotted
+// Decode (DecodeTask): with few query tokens per sequence (Sq <= DecodeTokenCap: 8; on AVX-512
+// without AMX prefill 16, or 32 for a bf16 model on AVX512_BF16) a tile of Br queries of one
+// head would be mostly padding and the products would be bound by broadcasts, so each key row
+// is instead streamed once and dotted
 // with every query row of its kv head (GQA heads share the read; more rows than a task takes,
 // kMaxDecodeRows, 32 in lanes or on AMX, go in groups, a task each). The keys
 // of each (sequence, kv head) are split into chunks (flash-decoding) so that batch-1 decode

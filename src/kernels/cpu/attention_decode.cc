@@ -1116,7 +1116,7 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
 }
 
 #if TBOOST_DECODE_REDUCE16
-// ---- Rows in lanes: 9 to 32 query rows per kv head, vector bf16 products ------------------
+// ---- Rows in lanes: 9 to 32 query rows per kv head (bf16 pairs or f32 FMAs) ----------------
 // A decode with many query rows per key (MQA; a few tokens at once at GQA-4 or GQA-8, as
 // speculative decoding's checks and short prefill chunks run) keeps its rows in the lanes: Sᵀ
 // (keys x 16 rows) comes from vdpbf16ps of a vector of the rows' q pairs (PackQ2T's columns)
@@ -1139,22 +1139,21 @@ HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0, 
                               float* st, int64_t ld, const float* mx, float* pr, int64_t P,
                               int64_t Dvp, float* ot = nullptr, int64_t Dv = 0) {
   const int64_t ns = s1 - s0;
-  bool plain = true, extra = false;  // extra: ALiBi or a custom mask
+  const __m512 ninf = _mm512_set1_ps(kNegInf);
+  bool plain = true;
   for (int64_t g = 0; g < G; ++g) {
     const DecodeRowInfo& ri = rows[g];
     plain = plain && s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
-    extra = extra || ri.slope2 != 0.0f || ri.mask;
   }
   if (!plain) {
-    if (extra) {  // visible keys only; the window below sets the rest to -inf
-      for (int64_t g = 0; g < G; ++g) {
-        const DecodeRowInfo& ri = rows[g];
-        if (ri.slope2 == 0.0f && !ri.mask) continue;
-        for (int64_t j = std::max(s0, ri.lo); j <= std::min(s1 - 1, ri.hi); ++j) {
-          float& v = st[(j - s0) * ld + g];
-          if (ri.slope2 != 0.0f) v -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
-          if (ri.mask) v += MaskLog2(ri.mask[j]);
-        }
+    // ALiBi and custom masks on visible keys only; the window below sets the rest to -inf.
+    for (int64_t g = 0; g < G; ++g) {
+      const DecodeRowInfo& ri = rows[g];
+      if (ri.slope2 == 0.0f && !ri.mask) continue;
+      for (int64_t j = std::max(s0, ri.lo); j <= std::min(s1 - 1, ri.hi); ++j) {
+        float& v = st[(j - s0) * ld + g];
+        if (ri.slope2 != 0.0f) v -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
+        if (ri.mask) v += MaskLog2(ri.mask[j]);
       }
     }
     // Keys outside a row's [lo, hi] (relative to s0, clamped so they fit 32 bits): -inf.
@@ -1163,7 +1162,6 @@ HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0, 
       lo[c] = c < G ? static_cast<int32_t>(std::clamp<int64_t>(rows[c].lo - s0, -1, ns)) : 0;
       hi[c] = c < G ? static_cast<int32_t>(std::clamp<int64_t>(rows[c].hi - s0, -1, ns)) : ns;
     }
-    const __m512 ninf = _mm512_set1_ps(kNegInf);
     for (int64_t l = 0; l < ld; l += 16) {
       const __m512i vlo = _mm512_load_si512(lo + l), vhi = _mm512_load_si512(hi + l);
       for (int64_t jj = 0; jj < ns; ++jj) {
@@ -1189,7 +1187,6 @@ HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0, 
       for (int64_t jj = 0; jj < ns; ++jj) mb = _mm512_max_ps(mb, _mm512_loadu_ps(st + jj * ld + l));
     }
     const __m512 mnew = _mm512_max_ps(mold, mb);
-    const __m512 ninf = _mm512_set1_ps(kNegInf);
     // A row with no visible key so far keeps m = -inf: its weights exp2(-inf - 0) are 0.
     const __m512 msafe =
         _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), mnew, _mm512_setzero_ps());
@@ -1225,10 +1222,10 @@ HWY_NOINLINE void SoftmaxWide(const DecodeRowInfo* rows, int64_t G, int64_t s0, 
   }
 }
 
-// f32 caches (any head dims): Sᵀ from FMAs of a vector of the rows' scaled queries (qt: D x ld
-// floats) with one key element broadcast, and O kept transposed (ot[f·ld + c]), updated by FMAs
-// of a key's weight vector (its Sᵀ row, no conversion) with one value element broadcast: no
-// lane sums, no per-row weights. The task writes ot into the rows' partials at its end.
+// f32 caches (any head dims): Sᵀ from FMAs of a vector of the rows' queries (qt: D x ld floats)
+// with one key element broadcast, and O kept transposed (ot[f·ld + c]), updated by FMAs of a key's
+// weight vector (its Sᵀ row, no conversion) with one value element broadcast: no lane sums, no
+// per-row weights. The task writes ot into the rows' partials at its end.
 
 // Sᵀ rows of KK keys (ld = 16·NL apart) from their accumulators times scale, and the lanes'
 // running maxima mx.
@@ -1248,8 +1245,8 @@ HWY_INLINE void StoreWideScores(const __m512 (&acc)[KK][NL], __m512 scale, float
 // Sᵀ of KK keys (see DotKeysWide), f32.
 template <int NL, int KK>
 HWY_INLINE void DotKeysWideF32(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t D,
-                               const float* HWY_RESTRICT qt, float* HWY_RESTRICT st, int64_t pf,
-                               __m512 (&mx)[NL]) {
+                               const float* HWY_RESTRICT qt, __m512 scale, float* HWY_RESTRICT st,
+                               int64_t pf, __m512 (&mx)[NL]) {
   constexpr int64_t ld = 16 * NL;
   __m512 acc[KK][NL] = {};
   for (int64_t d0 = 0; d0 < D; d0 += 16) {  // a line of each key per step
@@ -1268,21 +1265,22 @@ HWY_INLINE void DotKeysWideF32(const char* HWY_RESTRICT row, int64_t row_bytes, 
       }
     }
   }
-  StoreWideScores<NL, KK>(acc, _mm512_set1_ps(1.0f), st, mx);
+  StoreWideScores<NL, KK>(acc, scale, st, mx);
 }
 
 template <int NL>
 HWY_NOINLINE void DotSpanWideF32(const char* row, int64_t row_bytes, int64_t n, int64_t D,
-                                 const float* qt, float* st, int64_t pf, float* mx) {
+                                 const float* qt, float qscale, float* st, int64_t pf, float* mx) {
   constexpr int KK = 16 / NL;
   constexpr int64_t ld = 16 * NL;
+  const __m512 scale = _mm512_set1_ps(qscale);
   __m512 m[NL];
   for (int l = 0; l < NL; ++l) m[l] = _mm512_loadu_ps(mx + 16 * l);
   int64_t t = 0;
   for (; t + KK <= n; t += KK)
-    DotKeysWideF32<NL, KK>(row + t * row_bytes, row_bytes, D, qt, st + t * ld, pf, m);
+    DotKeysWideF32<NL, KK>(row + t * row_bytes, row_bytes, D, qt, scale, st + t * ld, pf, m);
   for (; t < n; ++t)
-    DotKeysWideF32<NL, 1>(row + t * row_bytes, row_bytes, D, qt, st + t * ld, pf, m);
+    DotKeysWideF32<NL, 1>(row + t * row_bytes, row_bytes, D, qt, scale, st + t * ld, pf, m);
   for (int l = 0; l < NL; ++l) _mm512_storeu_ps(mx + 16 * l, m[l]);
 }
 
@@ -1707,13 +1705,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   }
   for (int64_t hh = 0; hh < nh; ++hh) {
     const int64_t r0 = hh * Gd;
-    if (wide) {
-      // PackQ2T below
-    } else if (dp) {
+    if (!wide && dp)  // rows in lanes: PackQ2T or qt below
       std::memset(q2 + (r0 + G) * ldq2, 0, static_cast<size_t>((Gd - G) * ldq2) * sizeof(uint32_t));
-    } else {
+    else if (!wide)
       std::memset(sc.qs + (r0 + G) * Dp, 0, static_cast<size_t>((Gd - G) * Dp) * sizeof(float));
-    }
     for (int64_t g = 0; g < G; ++g) {
       const DecodeRowInfo& ri = rows[hh * G + g];
       if (dp) {
@@ -1721,7 +1716,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       } else if (wide_f32) {
         convert(sc.row, DType::kF32, ri.q, qdtype, D);
         float* qt = sc.qs + hh * D * Gd + g;
-        for (int64_t x = 0; x < D; ++x) qt[x * Gd] = sc.row[x] * qscale;
+        for (int64_t x = 0; x < D; ++x) qt[x * Gd] = sc.row[x];  // scaled with the sums
       } else {
         convert(sc.row, DType::kF32, ri.q, qdtype, D);
         float* q = sc.qs + (r0 + g) * Dp;
@@ -1796,9 +1791,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           const float* qt = sc.qs + hh * D * Gd;
           float* st = sc.s + hh * Gd * kDecodeSub + (j - s0) * Gd;
           if (Gd == 16)
-            DotSpanWideF32<1>(hrow, kr.row_bytes, n, D, qt, st, pf, wide_max + hh * Gd);
+            DotSpanWideF32<1>(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
           else
-            DotSpanWideF32<2>(hrow, kr.row_bytes, n, D, qt, st, pf, wide_max + hh * Gd);
+            DotSpanWideF32<2>(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
           continue;
         }
 #endif
@@ -1988,8 +1983,7 @@ int64_t DecodeChunkFor(const AttentionArgs& a, int64_t NG) {
 // of its cache once rather than four times.
 bool DecodeAmx(const AttentionArgs& a) {
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-  return a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
-         a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16 && a.allow_amx &&
+  return DecodeBf16Pairs(a) && a.allow_amx &&
          attention_decode_bf16_amx(2, a.block_table ? a.block_size : 0);
 #else
   (void)a;
@@ -1998,8 +1992,8 @@ bool DecodeAmx(const AttentionArgs& a) {
 }
 
 // Whether this call's tasks of more than kMaxDecodeRows query rows per kv head keep their rows
-// in lanes (DotSpanWide): bf16 q and cache, head dims multiples of 32, vdpbf16ps, no AMX. Such
-// calls take up to kDecodeTaskRows rows per task and kv head.
+// in lanes: a bf16 model on the pair path without AMX (DotSpanWide), or an f32 cache
+// (DotSpanWideF32). Such calls take up to kDecodeTaskRows rows per task and kv head.
 bool DecodeWide(const AttentionArgs& a, bool amx_ok) {
 #if TBOOST_DECODE_REDUCE16
   // f32 caches from 16 rows on. At 12 rows (a lane group with 4 unused lanes, the FMAs waiting
@@ -2010,8 +2004,7 @@ bool DecodeWide(const AttentionArgs& a, bool amx_ok) {
   if (a.kv_dtype == DType::kF32) return Group(a) * a.sq >= 16 && a.v_head_dim <= kDecodeSub / 2;
 #endif
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-  return !amx_ok && a.kv_dtype == DType::kBF16 && a.dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
-         a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16;
+  return !amx_ok && DecodeBf16Pairs(a);
 #else
   (void)a;
   (void)amx_ok;
