@@ -1063,6 +1063,23 @@ std::vector<CaseSpec> paged_attention_cases() {
        .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {4200}, .Sq = 1, .Hq = 64, .Hkv = 4,
        .D = 64, .block_size = 4200, .paged = false, .scale = 1.5f, .threads = 2});
+  // bf16 pairs at head dims that are odd multiples of 16 (8 pairs of each row's dot and the
+  // P·V's last 16 features loaded masked): GQA-4 at 80 in 16-key pages (odd spans, one chunk of
+  // the P·V per pass); GQA-8 at 112 (two chunks per pass, the second a half one); MHA at 16
+  // (nothing but the half vector) and 48; rows in lanes at 80 (16 heads) and 48 / 80 (24 rows,
+  // a window, 7-key pages).
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1201, 33}, .Sq = 1, .Hq = 8, .Hkv = 2,
+       .D = 80, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {900, 77}, .Sq = 1, .Hq = 16, .Hkv = 2,
+       .D = 112, .block_size = 64, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {300, 1}, .Sq = 1, .Hq = 3, .Hkv = 3,
+       .D = 16, .block_size = 7});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {2100, 5}, .Sq = 2, .Hq = 2, .Hkv = 2,
+       .D = 48, .block_size = 2100, .paged = false, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {2000, 5}, .Sq = 1, .Hq = 16, .Hkv = 1,
+       .D = 80, .block_size = 2000, .paged = false, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 40}, .Sq = 3, .Hq = 8, .Hkv = 1,
+       .D = 48, .Dv = 80, .block_size = 7, .wl = 100, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)

@@ -286,6 +286,9 @@ inline float MaskLog2(float m) {
 
 // Partial result of one decode chunk for G query rows: m, l, then Dv unnormalized outputs.
 inline int64_t PartialFloats(int64_t Dv) { return Dv + 2; }
+// The outputs a decode partial holds: Dv rounded up to 32, the pair P·V's chunk of features
+// (where Dv is an odd multiple of 16 its last chunk is half one, whose padding it writes too).
+inline int64_t DecodeDvp(int64_t Dv) { return RoundUp(Dv, 32); }
 
 inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
 // Decode for up to DecodeTokenCap(a) query tokens per sequence, any group size. A flash tile
@@ -294,18 +297,20 @@ inline int64_t Group(const AttentionArgs& a) { return a.heads / a.kv_heads; }
 // a GQA group reads K and V again. On AVX-512 (Br = 32), against long caches in L3 (Zen 5,
 // bench/RESULTS.md, "twenty-first session"), the decode path (rows in lanes from 9 rows per kv
 // head) was faster than the flash tiles:
-// - bf16 q and cache on AVX512_BF16 (head dims multiples of 32): 1.15-4.3x at 9-32 tokens, MHA,
-//   GQA-4, GQA-8, MQA, head dims 64 and 128; up to 32 tokens;
+// - bf16 q and cache on AVX512_BF16 (head dims multiples of 16): 1.15-4.3x at 9-32 tokens, MHA,
+//   GQA-4, GQA-8, MQA, head dims 64 and 128; 2.1-2.3x at head dim 80 (16-32 tokens, ctx 2048,
+//   MHA, GQA-4, MQA); up to 32 tokens;
 // - f32: 1.4-1.9x at 9-16 tokens, but at 31 f32 MQA was 7% slower; up to 16, as for a bf16
 //   model without the pair path (not measured separately).
 // Elsewhere, and where bf16 prefill runs on AMX tiles (not measured there), up to
 // kMaxDecodeRows.
 // Whether a decode call can dot bf16 pairs with vdpbf16ps (DecodeTask's pair path): bf16 q and
-// cache, head dims multiples of 32, AVX512_BF16. The AMX decode (DecodeAmx), rows in lanes
-// (DecodeWide) and the token cap below all start from this.
+// cache, head dims multiples of 16 (an odd multiple ends in a half vector of pairs, loaded
+// masked), AVX512_BF16. The AMX decode (DecodeAmx, which also needs multiples of 32), rows in
+// lanes (DecodeWide) and the token cap below all start from this.
 inline bool DecodeBf16Pairs(const AttentionArgs& a) {
-  return a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16 && a.head_dim % 32 == 0 &&
-         a.v_head_dim % 32 == 0 && cpu_features().avx512_bf16;
+  return a.dtype == DType::kBF16 && a.kv_dtype == DType::kBF16 && a.head_dim % 16 == 0 &&
+         a.v_head_dim % 16 == 0 && cpu_features().avx512_bf16;
 }
 inline int64_t DecodeTokenCap(const AttentionArgs& a) {
 #if HWY_TARGET == HWY_AVX3
@@ -358,11 +363,10 @@ inline size_t DecodeScratchBytes(const AttentionArgs& a) {
          AmxDecodeScratchBytes(a.head_dim, a.v_head_dim) + 64;
 }
 inline size_t PartialBytes(const AttentionArgs& a) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   // Every query row of the decode path (at most DecodeTokenCap(a) tokens per sequence).
   const int64_t rows = Group(a) * std::min(a.sq, DecodeTokenCap(a));
   return static_cast<size_t>(ChunksBound(a) * a.kv_heads * rows *
-                             PartialFloats(RoundUp(a.v_head_dim, N))) *
+                             PartialFloats(DecodeDvp(a.v_head_dim))) *
              sizeof(float) +
          64;
 }

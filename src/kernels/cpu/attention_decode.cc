@@ -372,13 +372,18 @@ HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t
 // bf16 cache from L3 on Zen 4), and this halves the dot's instructions. Same loop orders as
 // DotKeys; DotSpanBf16Dp mirrors DotSpan, carrying the AVX512_BF16 target attribute that
 // DotSpan must not. q2: G rows of D / 2 u32 pairs, ldq2 apart.
-template <int G, int KK>
+template <int G, int KK, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row, int64_t row_bytes,
                                                    int64_t D, const uint32_t* HWY_RESTRICT q2,
                                                    int64_t ldq2, float qscale,
                                                    float* HWY_RESTRICT out, int64_t ostride,
                                                    int64_t pf) {
-  const int64_t P = D / 2;  // a multiple of 16
+  // Pairs in whole vectors (16 each); kHalf: the head dim is an odd multiple of 16, and its last
+  // 8 pairs are loaded masked (q and k both: nothing past the row is read, and no lane
+  // multiplies whatever lies there). A compile-time flag, so that the other head dims run the
+  // loops they ran before.
+  const int64_t P = D / 2, P16 = kHalf ? P - 8 : P;
+  constexpr __mmask16 kLast8 = 0x00FF;
   VF acc[G][KK];
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g)
@@ -388,7 +393,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       const uint32_t* k = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
-      for (int64_t p = 0; p < P; p += 16) {
+      for (int64_t p = 0; p < P16; p += 16) {
         StreamAhead(k + p, pf);
         const __m512i kv = _mm512_loadu_si512(k + p);
 #pragma GCC unroll 16
@@ -396,11 +401,20 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
           acc[g][kk].raw = _mm512_dpbf16_ps(
               acc[g][kk].raw, (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p), (__m512bh)kv);
       }
+      if constexpr (kHalf) {
+        StreamAhead(k + P16, pf);
+        const __m512i kv = _mm512_maskz_loadu_epi32(kLast8, k + P16);
+#pragma GCC unroll 16
+        for (int g = 0; g < G; ++g)
+          acc[g][kk].raw = _mm512_dpbf16_ps(
+              acc[g][kk].raw, (__m512bh)_mm512_maskz_loadu_epi32(kLast8, q2 + g * ldq2 + P16),
+              (__m512bh)kv);
+      }
     }
   } else {
     const uint32_t* k[KK];
     for (int kk = 0; kk < KK; ++kk) k[kk] = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
-    for (int64_t p = 0; p < P; p += 16) {
+    for (int64_t p = 0; p < P16; p += 16) {
       __m512bh kv[KK];
 #pragma GCC unroll 16
       for (int kk = 0; kk < KK; ++kk) {
@@ -415,11 +429,26 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
           acc[g][kk].raw = _mm512_dpbf16_ps(acc[g][kk].raw, q, kv[kk]);
       }
     }
+    if constexpr (kHalf) {
+      __m512bh kv[KK];
+#pragma GCC unroll 16
+      for (int kk = 0; kk < KK; ++kk) {
+        StreamAhead(k[kk] + P16, pf);
+        kv[kk] = (__m512bh)_mm512_maskz_loadu_epi32(kLast8, k[kk] + P16);
+      }
+#pragma GCC unroll 16
+      for (int g = 0; g < G; ++g) {
+        const __m512bh q = (__m512bh)_mm512_maskz_loadu_epi32(kLast8, q2 + g * ldq2 + P16);
+#pragma GCC unroll 16
+        for (int kk = 0; kk < KK; ++kk)
+          acc[g][kk].raw = _mm512_dpbf16_ps(acc[g][kk].raw, q, kv[kk]);
+      }
+    }
   }
   StoreScores<G, KK>(acc, qscale, out, ostride);
 }
 
-template <int G>
+template <int G, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t row_bytes, int64_t n,
                                                      int64_t D, const uint32_t* q2, int64_t ldq2,
                                                      float qscale, float* out, int64_t ostride,
@@ -427,17 +456,20 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t ro
   constexpr int KK = KeysAtOnce(G);
   int64_t t = 0;
   for (; t + KK <= n; t += KK) {
-    DotKeysBf16Dp<G, KK>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t, ostride, pf);
+    DotKeysBf16Dp<G, KK, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
+                                ostride, pf);
   }
   for (; t < n; ++t)
-    DotKeysBf16Dp<G, 1>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t, ostride, pf);
+    DotKeysBf16Dp<G, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
+                               ostride, pf);
 }
 
 using DotBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint32_t*, int64_t,
                              float, float*, int64_t, int64_t);
 template <int... I>
-constexpr std::array<DotBf16DpFn, sizeof...(I)> DotBf16DpTable(std::integer_sequence<int, I...>) {
-  return {&DotSpanBf16Dp<I + 1>...};
+constexpr std::array<DotBf16DpFn, 2 * sizeof...(I)> DotBf16DpTable(
+    std::integer_sequence<int, I...>) {
+  return {&DotSpanBf16Dp<I + 1, false>..., &DotSpanBf16Dp<I + 1, true>...};
 }
 
 #endif
@@ -877,85 +909,107 @@ constexpr int64_t PvBlockKeys(int64_t Dv) {
   return 2 * std::clamp<int64_t>((16 << 10) / (4 * Dv), 8, 32);
 }
 
+// One pass of PvPairs over the chunks [x0, x0 + XB) (see PvPass). kHalf: chunk x0 + XB - 1 is
+// the last half one (16 features, an odd multiple of 16 in Dv), loaded masked: its pairs past
+// Dv are zeros, so the padded outputs (DecodeDvp) stay zero, and nothing past a row is read.
+template <int GB, int XB, int kPassLines, bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassChunks(const char* HWY_RESTRICT row, int64_t row_bytes,
+                                                  int64_t nkeys, int64_t X, int64_t x0,
+                                                  const uint16_t* HWY_RESTRICT pb, int64_t pgs,
+                                                  int64_t pqs, float* HWY_RESTRICT os,
+                                                  int64_t ostride, bool stream, int64_t pf,
+                                                  const RowsAhead& ahead, int64_t ip0) {
+  const int64_t steps = (nkeys + 1) / 2;
+  const PassAhead<kPassLines> pa(ahead, ip0 + x0 / XB, steps, 2, X, row_bytes);
+  auto load = [](const char* p, int xb) HWY_ATTR {
+    return kHalf && xb == XB - 1 ? _mm512_maskz_loadu_epi16(0xFFFF, p) : _mm512_loadu_epi16(p);
+  };
+  PvLanes acc[GB][XB];
+#pragma GCC unroll 16
+  for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 16
+    for (int xb = 0; xb < XB; ++xb) {
+      const float* o = os + g * ostride + (x0 + xb) * 32;
+      acc[g][xb] = {_mm512_loadu_ps(o), _mm512_loadu_ps(o + 16)};
+    }
+  for (int64_t q = 0; q < steps; ++q) {
+    const bool single = 2 * q + 1 == nkeys;
+    const char* r0 = row + 2 * q * row_bytes;
+    const char* r1 = single ? r0 : r0 + row_bytes;
+    // Loaded as 16-bit lanes, the unpacks' own type: through _mm512_loadu_si512 GCC stored
+    // each vector to the stack and unpacked it from there.
+    __m512i a[XB], b[XB];
+    pa.At(q);
+#pragma GCC unroll 16
+    for (int xb = 0; xb < XB; ++xb) {
+      if (stream) StreamAhead(r0 + (x0 + xb) * 64, pf);
+      a[xb] = load(r0 + (x0 + xb) * 64, xb);
+    }
+#pragma GCC unroll 16
+    for (int xb = 0; xb < XB; ++xb) {
+      if (stream) StreamAhead(r1 + (x0 + xb) * 64, pf);
+      b[xb] = load(r1 + (x0 + xb) * 64, xb);
+    }
+    __m512bh pp[GB];
+#pragma GCC unroll 16
+    for (int g = 0; g < GB; ++g) {
+      const uint16_t* w = pb + g * pgs + q * pqs;
+      uint32_t pair = w[0];  // the odd last row: (weight, 0)
+      if (!single) std::memcpy(&pair, w, sizeof pair);
+      pp[g] = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+    }
+#pragma GCC unroll 16
+    for (int xb = 0; xb < XB; ++xb) {
+      const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a[xb], b[xb]);
+      const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(a[xb], b[xb]);
+#pragma GCC unroll 16
+      for (int g = 0; g < GB; ++g) {
+        acc[g][xb].lo = _mm512_dpbf16_ps(acc[g][xb].lo, pp[g], lo);
+        acc[g][xb].hi = _mm512_dpbf16_ps(acc[g][xb].hi, pp[g], hi);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 16
+    for (int xb = 0; xb < XB; ++xb) {
+      float* o = os + g * ostride + (x0 + xb) * 32;
+      _mm512_storeu_ps(o, acc[g][xb].lo);
+      _mm512_storeu_ps(o + 16, acc[g][xb].hi);
+    }
+}
+
 // One pass of PvPairs: exactly GB query rows (a compile-time count: with a run-time count of
 // live rows, GCC moved vectors to and from the stack 70-140 times in the P·V of G = 3, 5, 6, 7).
 // nkeys rows: pairs of rows, and an odd last row as a pair of itself with weight 0 (no widened
 // path, which would need the natural order). Row g's weights of keys 2q, 2q + 1 are the u16 pair
 // at pb + g·pgs + q·pqs: rows of weights (pgs = ldp, pqs = 2) or pairs in lanes (pgs = 2, pqs =
-// 2 · lanes; AxpySpanWide).
-template <int GB, int XB, int kPassLines>
+// 2 · lanes; AxpySpanWide). X chunks of 32 features, the last a half one where kHalf (a
+// compile-time flag, so that the head dims of whole chunks run the code they ran before).
+template <int GB, int XB, int kPassLines, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_t row_bytes,
                                             int64_t nkeys, int64_t X,
                                             const uint16_t* HWY_RESTRICT pb, int64_t pgs,
                                             int64_t pqs, float* HWY_RESTRICT os, int64_t ostride,
                                             bool lead, int64_t pf, const RowsAhead& ahead,
                                             int64_t ip0) {
-  const int64_t steps = (nkeys + 1) / 2;
   const bool stream = lead && ahead.npass == 1;
-  for (int64_t x0 = 0; x0 < X; x0 += XB) {
-    const PassAhead<kPassLines> pa(ahead, ip0 + x0 / XB, steps, 2, X, row_bytes);
-    PvLanes acc[GB][XB];
-#pragma GCC unroll 16
-    for (int g = 0; g < GB; ++g)
-#pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) {
-        const float* o = os + g * ostride + (x0 + xb) * 32;
-        acc[g][xb] = {_mm512_loadu_ps(o), _mm512_loadu_ps(o + 16)};
-      }
-    for (int64_t q = 0; q < steps; ++q) {
-      const bool single = 2 * q + 1 == nkeys;
-      const char* r0 = row + 2 * q * row_bytes;
-      const char* r1 = single ? r0 : r0 + row_bytes;
-      // Loaded as 16-bit lanes, the unpacks' own type: through _mm512_loadu_si512 GCC stored
-      // each vector to the stack and unpacked it from there.
-      __m512i a[XB], b[XB];
-      pa.At(q);
-#pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) {
-        if (stream) StreamAhead(r0 + (x0 + xb) * 64, pf);
-        a[xb] = _mm512_loadu_epi16(r0 + (x0 + xb) * 64);
-      }
-#pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) {
-        if (stream) StreamAhead(r1 + (x0 + xb) * 64, pf);
-        b[xb] = _mm512_loadu_epi16(r1 + (x0 + xb) * 64);
-      }
-      __m512bh pp[GB];
-#pragma GCC unroll 16
-      for (int g = 0; g < GB; ++g) {
-        const uint16_t* w = pb + g * pgs + q * pqs;
-        uint32_t pair = w[0];  // the odd last row: (weight, 0)
-        if (!single) std::memcpy(&pair, w, sizeof pair);
-        pp[g] = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
-      }
-#pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) {
-        const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a[xb], b[xb]);
-        const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(a[xb], b[xb]);
-#pragma GCC unroll 16
-        for (int g = 0; g < GB; ++g) {
-          acc[g][xb].lo = _mm512_dpbf16_ps(acc[g][xb].lo, pp[g], lo);
-          acc[g][xb].hi = _mm512_dpbf16_ps(acc[g][xb].hi, pp[g], hi);
-        }
-      }
-    }
-#pragma GCC unroll 16
-    for (int g = 0; g < GB; ++g)
-#pragma GCC unroll 16
-      for (int xb = 0; xb < XB; ++xb) {
-        float* o = os + g * ostride + (x0 + xb) * 32;
-        _mm512_storeu_ps(o, acc[g][xb].lo);
-        _mm512_storeu_ps(o + 16, acc[g][xb].hi);
-      }
-  }
+  const int64_t Xw = kHalf ? X - XB : X;  // passes of whole chunks only
+  for (int64_t x0 = 0; x0 < Xw; x0 += XB)
+    PvPassChunks<GB, XB, kPassLines, false>(row, row_bytes, nkeys, X, x0, pb, pgs, pqs, os, ostride,
+                                            stream, pf, ahead, ip0);
+  if constexpr (kHalf)
+    PvPassChunks<GB, XB, kPassLines, true>(row, row_bytes, nkeys, X, Xw, pb, pgs, pqs, os, ostride,
+                                           stream, pf, ahead, ip0);
 }
 
 // os[g·ostride + :] (lane order) += sum over value rows t < nkeys (row_bytes apart), in pairs
 // 2q, 2q + 1, weighted by the bf16 pair at pb[g·ldp + 2q], for the G query rows and the XB·32
-// features at x0 (every XB-chunk of X = Dv / 32). Outputs of GB rows x XB chunks (16
+// features at x0 (every XB-chunk of X = ceil(Dv / 32), the last a half one where `half`).
+// Outputs of GB rows x XB chunks (16
 // registers) stay in registers while the pairs stream by; each pair's two rows are read front
 // to back, one after the other; further passes read the pairs from L1.
-template <int G, int XB>
+template <int G, int XB, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64_t row_bytes,
                                              int64_t nkeys, int64_t X,
                                              const uint16_t* HWY_RESTRICT pb, int64_t ldp,
@@ -968,12 +1022,13 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
   // rows over npass = X / XB · passes passes.
   constexpr int kPassLines = std::max(1, 2 * XB / (kFull + (kRest > 0)));
   for (int i = 0; i < kFull; ++i)
-    PvPass<GB, XB, kPassLines>(row, row_bytes, nkeys, X, pb + i * GB * ldp, ldp, 2,
-                               os + i * GB * ostride, ostride, i == 0, pf, ahead, i * (X / XB));
+    PvPass<GB, XB, kPassLines, kHalf>(row, row_bytes, nkeys, X, pb + i * GB * ldp, ldp, 2,
+                                      os + i * GB * ostride, ostride, i == 0, pf, ahead,
+                                      i * (X / XB));
   if constexpr (kRest > 0)
-    PvPass<kRest, XB, kPassLines>(row, row_bytes, nkeys, X, pb + kFull * GB * ldp, ldp, 2,
-                                  os + kFull * GB * ostride, ostride, kFull == 0, pf, ahead,
-                                  kFull * (X / XB));
+    PvPass<kRest, XB, kPassLines, kHalf>(row, row_bytes, nkeys, X, pb + kFull * GB * ldp, ldp, 2,
+                                         os + kFull * GB * ostride, ostride, kFull == 0, pf, ahead,
+                                         kFull * (X / XB));
 }
 
 // Chunks of 32 features per pass (XB) of the pair P·V for G rows and X = Dv / 32 chunks; rows
@@ -1004,31 +1059,31 @@ HWY_INLINE void ForPvBlocks(const char* row, int64_t row_bytes, int64_t n, int64
   }
 }
 
-// The value rows of a span (n rows, Dv a multiple of 32) in blocks of pairs, into outputs in
+// The value rows of a span (n rows, Dv a multiple of 16) in blocks of pairs, into outputs in
 // lane order (PvToNatural). The passes over a block ask for the next block's rows (RowsAhead);
 // after the span's last block, for the next_rows rows at `next` (where the stream goes on). A
 // single pass asks instead for each line 4 KiB ahead (StreamAhead, distance pf).
-template <int G>
+template <int G, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t row_bytes, int64_t n,
                                                       int64_t Dv, const uint16_t* pb, int64_t ldp,
                                                       float* os, int64_t ostride, int64_t pf,
                                                       const char* next, int64_t next_rows) {
-  const int64_t X = Dv / 32;
+  const int64_t X = (Dv + 31) / 32;  // kHalf: Dv % 32 == 16
   const int XB = PvChunks(G, X);
   ForPvBlocks(row, row_bytes, n, Dv, next, next_rows,
               [&](const char* r, int64_t t, int64_t nk, const char* nr, int64_t nn) {
                 switch (XB) {
                   case 8:
-                    PvPairs<G, 8>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                    PvPairs<G, 8, kHalf>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
                     break;
                   case 4:
-                    PvPairs<G, 4>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                    PvPairs<G, 4, kHalf>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
                     break;
                   case 2:
-                    PvPairs<G, 2>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                    PvPairs<G, 2, kHalf>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
                     break;
                   default:
-                    PvPairs<G, 1>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                    PvPairs<G, 1, kHalf>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
                 }
               });
 }
@@ -1036,8 +1091,9 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t r
 using AxpyBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
                               float*, int64_t, int64_t, const char*, int64_t);
 template <int... I>
-constexpr std::array<AxpyBf16DpFn, sizeof...(I)> AxpyBf16DpTable(std::integer_sequence<int, I...>) {
-  return {&AxpySpanBf16Dp<I + 1>...};
+constexpr std::array<AxpyBf16DpFn, 2 * sizeof...(I)> AxpyBf16DpTable(
+    std::integer_sequence<int, I...>) {
+  return {&AxpySpanBf16Dp<I + 1, false>..., &AxpySpanBf16Dp<I + 1, true>...};
 }
 #endif
 
@@ -1362,22 +1418,29 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysWide(const char* HWY_RESTRICT row, i
                                                  __m512 (&mx)[NL]) {
   constexpr int64_t ld = 16 * NL;
   __m512 acc[KK][NL] = {};
-  for (int64_t p = 0; p < D / 2; p += 16) {  // a line of each key per step
+  auto pair_step = [&](int64_t i) TBOOST_BF16_DOT_ATTR {  // pair i of each key
+    __m512bh q[NL];
+#pragma GCC unroll 2
+    for (int l = 0; l < NL; ++l) q[l] = (__m512bh)_mm512_loadu_si512(q2t + i * ld + 16 * l);
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KK; ++kk) {
+      int32_t pair;
+      std::memcpy(&pair, row + kk * row_bytes + 4 * i, sizeof pair);
+      const __m512bh k = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 2
+      for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_dpbf16_ps(acc[kk][l], q[l], k);
+    }
+  };
+  const int64_t P = D / 2, P16 = P / 16 * 16;
+  for (int64_t p = 0; p < P; p += 16) {  // a line of each key per step
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * p, pf);
+    if (p < P16) {
 #pragma GCC unroll 16
-    for (int64_t i = p; i < p + 16; ++i) {
-      __m512bh q[NL];
-#pragma GCC unroll 2
-      for (int l = 0; l < NL; ++l) q[l] = (__m512bh)_mm512_loadu_si512(q2t + i * ld + 16 * l);
-#pragma GCC unroll 16
-      for (int kk = 0; kk < KK; ++kk) {
-        int32_t pair;
-        std::memcpy(&pair, row + kk * row_bytes + 4 * i, sizeof pair);
-        const __m512bh k = (__m512bh)_mm512_set1_epi32(pair);
-#pragma GCC unroll 2
-        for (int l = 0; l < NL; ++l) acc[kk][l] = _mm512_dpbf16_ps(acc[kk][l], q[l], k);
-      }
+      for (int64_t i = p; i < p + 16; ++i) pair_step(i);
+    } else {  // the 8 pairs of a head dim that is an odd multiple of 16
+#pragma GCC unroll 8
+      for (int64_t i = p; i < p + 8; ++i) pair_step(i);
     }
   }
   StoreWideScores<NL, KK>(acc, scale, st, mx);
@@ -1424,19 +1487,21 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void PairsInLanes(const float* st, int64_t n, 
 
 // PvPairs over G rows (a run-time count) whose weight pairs lie in lanes, pqs u16 apart per
 // pair of keys: G / GB passes of GB rows, then one of the rest; RowsAhead spread over them all.
-template <int XB, int R = 1>
+template <int XB, bool kHalf, int R = 1>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassRest(int64_t rest, const char* row, int64_t row_bytes,
                                                 int64_t nkeys, int64_t X, const uint16_t* pb,
                                                 int64_t pqs, float* os, int64_t ostride,
                                                 const RowsAhead& ahead, int64_t ip0) {
   if constexpr (R < 8 / XB) {
     if (rest == R)
-      PvPass<R, XB, 0>(row, row_bytes, nkeys, X, pb, 2, pqs, os, ostride, false, 0, ahead, ip0);
+      PvPass<R, XB, 0, kHalf>(row, row_bytes, nkeys, X, pb, 2, pqs, os, ostride, false, 0, ahead,
+                              ip0);
     else
-      PvPassRest<XB, R + 1>(rest, row, row_bytes, nkeys, X, pb, pqs, os, ostride, ahead, ip0);
+      PvPassRest<XB, kHalf, R + 1>(rest, row, row_bytes, nkeys, X, pb, pqs, os, ostride, ahead,
+                                   ip0);
   }
 }
-template <int XB>
+template <int XB, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairsWide(const char* row, int64_t row_bytes, int64_t nkeys,
                                                  int64_t X, const uint16_t* pb, int64_t pqs,
                                                  float* os, int64_t ostride, int64_t G,
@@ -1445,11 +1510,11 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairsWide(const char* row, int64_t row_by
   const int64_t full = G / GB, rest = G % GB, per = X / XB;
   const RowsAhead ahead(next, next_rows, per * (full + (rest > 0)), (nkeys + 1) / 2, X);
   for (int64_t i = 0; i < full; ++i)
-    PvPass<GB, XB, 0>(row, row_bytes, nkeys, X, pb + i * GB * 2, 2, pqs, os + i * GB * ostride,
-                      ostride, false, 0, ahead, i * per);
+    PvPass<GB, XB, 0, kHalf>(row, row_bytes, nkeys, X, pb + i * GB * 2, 2, pqs,
+                             os + i * GB * ostride, ostride, false, 0, ahead, i * per);
   if (rest > 0)
-    PvPassRest<XB>(rest, row, row_bytes, nkeys, X, pb + full * GB * 2, pqs,
-                   os + full * GB * ostride, ostride, ahead, full * per);
+    PvPassRest<XB, kHalf>(rest, row, row_bytes, nkeys, X, pb + full * GB * 2, pqs,
+                          os + full * GB * ostride, ostride, ahead, full * per);
 }
 
 // O (lane order) += P · V for a span's n value rows, G rows with their weight pairs in lanes
@@ -1458,7 +1523,8 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanWide(const char* row, int64_t row
                                                     int64_t Dv, const uint32_t* pt, int64_t ld,
                                                     float* os, int64_t ostride, int64_t G,
                                                     const char* next, int64_t next_rows) {
-  const int64_t X = Dv / 32;
+  const int64_t X = (Dv + 31) / 32;  // the last a half one where Dv is an odd multiple of 16
+  const bool half = Dv % 32 != 0;
   const int XB = PvChunks(G, X);  // 2 or 1 (G > 2)
   const uint16_t* pb = reinterpret_cast<const uint16_t*>(pt);
   ForPvBlocks(row, row_bytes, n, Dv, next, next_rows,
@@ -1466,9 +1532,13 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanWide(const char* row, int64_t row
                 // t is even (blocks of PvBlockKeys keys): pair t / 2 on.
                 const uint16_t* p = pb + t * ld;
                 if (XB == 2)
-                  PvPairsWide<2>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
+                  PvPairsWide<2, false>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
+                else if (XB == 1 && !half)
+                  PvPairsWide<1, false>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
+                else if (XB == 2)
+                  PvPairsWide<2, true>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
                 else
-                  PvPairsWide<1>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
+                  PvPairsWide<1, true>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
               });
 }
 #endif
@@ -1636,16 +1706,22 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   static constexpr auto axpys = AxpyTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t Dp = RoundUp(D, N), Dvp = RoundUp(Dv, N);
+  const int64_t Dp = RoundUp(D, N), Dvp = DecodeDvp(Dv);
   const int64_t P = PartialFloats(Dvp);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   // bf16 q against a bf16 cache: q as given, in pairs, for vdpbf16ps (DotKeysBf16Dp).
+  // G rows: [G - 1]; a head dim that is an odd multiple of 16 (a last half vector of pairs):
+  // [kMaxDecodeRows + G - 1].
   static constexpr auto dp_dots = DotBf16DpTable(std::make_integer_sequence<int, kMaxDecodeRows>());
   static constexpr auto dp_axpys =
       AxpyBf16DpTable(std::make_integer_sequence<int, kMaxDecodeRows>());
-  const bool dp = std::is_same_v<TK, bf16_t> && qdtype == DType::kBF16 && D % 32 == 0 &&
+  const bool dp = std::is_same_v<TK, bf16_t> && qdtype == DType::kBF16 && D % 16 == 0 &&
                   cpu_features().avx512_bf16;
-  const bool dp_pv = dp && Dv % 32 == 0;
+  // A value head dim that is an odd multiple of 16 ends in a half chunk (PvPass), whose
+  // P·V pays for a whole one. With 1 or 2 rows the chunks' passes then cost more than the
+  // widened P·V (head dim 80 from L3: MHA 151 against 116 µs, GQA-2 158-178 against 144-170);
+  // from 3 rows the pairs were as fast or faster (GQA-4 63-78 against 71-128, GQA-8 12-15%).
+  const bool dp_pv = dp && (Dv % 32 == 0 || (Dv % 16 == 0 && G >= 3));
   // AMX for both products (AmxScores, AmxPv) from 2 query rows per kv head, on contiguous
   // caches and pages of kAmxPiece keys or more: with 16-key pages every page paid for a product
   // padded to 32 keys and its own adds into the partials, and bf16 GQA-4 streamed 15% slower
@@ -1815,7 +1891,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
                       kDecodeSub, sc.ct, pf);
           }
           for (int64_t r = 0; t < n && r < Gd; r += kMaxDecodeRows)  // AMX: up to 16 rows
-            dp_dots[static_cast<size_t>(std::min(kMaxDecodeRows, Gd - r) - 1)](
+            dp_dots[static_cast<size_t>((D % 32 != 0) * kMaxDecodeRows +
+                                        std::min(kMaxDecodeRows, Gd - r) - 1)](
                 hrow + t * kr.row_bytes, kr.row_bytes, n - t, D, q2 + (hh * Gd + r) * ldq2, ldq2,
                 qscale, out + r * kDecodeSub + t, kDecodeSub, pf);
           continue;
@@ -1894,8 +1971,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           continue;
         }
         if (dp_pv) {
-          dp_axpys[static_cast<size_t>(G - 1)](hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub,
-                                               part[hh] + 2, P, pf, next, next_rows);
+          // The second half of the table: a last half chunk (Dv an odd multiple of 16).
+          dp_axpys[static_cast<size_t>((Dv % 32 != 0) * kMaxDecodeRows + G - 1)](
+              hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub, part[hh] + 2, P, pf, next,
+              next_rows);
           continue;
         }
 #endif
@@ -1983,7 +2062,7 @@ int64_t DecodeChunkFor(const AttentionArgs& a, int64_t NG) {
 // of its cache once rather than four times.
 bool DecodeAmx(const AttentionArgs& a) {
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-  return DecodeBf16Pairs(a) && a.allow_amx &&
+  return DecodeBf16Pairs(a) && a.head_dim % 32 == 0 && a.v_head_dim % 32 == 0 && a.allow_amx &&
          attention_decode_bf16_amx(2, a.block_table ? a.block_size : 0);
 #else
   (void)a;
@@ -2016,7 +2095,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t D = a.head_dim, Dv = a.v_head_dim, g = Group(a);
-  const int64_t Gmax = g * a.sq, Dvp = RoundUp(Dv, N), P = PartialFloats(Dvp);
+  const int64_t Gmax = g * a.sq, Dvp = DecodeDvp(Dv), P = PartialFloats(Dvp);
   if (Gmax == 0) return;  // no query token in any sequence: nothing to write
   // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
   // partials take space for the keys that exist, not for batch x the longest sequence.
