@@ -1080,6 +1080,18 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 80, .block_size = 2000, .paged = false, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 40}, .Sq = 3, .Hq = 8, .Hkv = 1,
        .D = 48, .Dv = 80, .block_size = 7, .wl = 100, .threads = 2});
+  // The pair P·V over blocks of several pages (3 to 8 rows per kv head, pages shorter than its
+  // blocks): 7- and 5-key pages (spans from odd keys on, pairs across them), the second with
+  // the half chunk of head dim 80; a window from an odd key in 16-key pages (a first span of 11
+  // keys); 2 kv heads per task of 4 tokens x 2 heads.
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 61}, .Sq = 1, .Hq = 8, .Hkv = 2,
+       .D = 64, .block_size = 7, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {300, 4}, .Sq = 1, .Hq = 12, .Hkv = 3,
+       .D = 80, .block_size = 5});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {900, 70}, .Sq = 1, .Hq = 8, .Hkv = 2,
+       .D = 128, .block_size = 16, .wl = 334, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1300}, .Sq = 4, .Hq = 4, .Hkv = 2,
+       .D = 64, .block_size = 16, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)

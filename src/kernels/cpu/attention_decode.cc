@@ -909,29 +909,20 @@ constexpr int64_t PvBlockKeys(int64_t Dv) {
   return 2 * std::clamp<int64_t>((16 << 10) / (4 * Dv), 8, 32);
 }
 
-// One pass of PvPairs over the chunks [x0, x0 + XB) (see PvPass). kHalf: chunk x0 + XB - 1 is
-// the last half one (16 features, an odd multiple of 16 in Dv), loaded masked: its pairs past
-// Dv are zeros, so the padded outputs (DecodeDvp) stay zero, and nothing past a row is read.
+// The steps of one pass of PvPairs over the chunks [x0, x0 + XB) of nkeys value rows, into the
+// GB x XB accumulators acc (see PvPass). kHalf: chunk x0 + XB - 1 is the last half one (16
+// features, an odd multiple of 16 in Dv), loaded masked: its pairs past Dv are zeros, so the
+// padded outputs (DecodeDvp) stay zero, and nothing past a row is read.
 template <int GB, int XB, int kPassLines, bool kHalf>
-TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassChunks(const char* HWY_RESTRICT row, int64_t row_bytes,
-                                                  int64_t nkeys, int64_t X, int64_t x0,
-                                                  const uint16_t* HWY_RESTRICT pb, int64_t pgs,
-                                                  int64_t pqs, float* HWY_RESTRICT os,
-                                                  int64_t ostride, bool stream, int64_t pf,
-                                                  const RowsAhead& ahead, int64_t ip0) {
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvSteps(PvLanes (&acc)[GB][XB], const char* HWY_RESTRICT row,
+                                             int64_t row_bytes, int64_t nkeys, int64_t x0,
+                                             const uint16_t* HWY_RESTRICT pb, int64_t pgs,
+                                             int64_t pqs, bool stream, int64_t pf,
+                                             const PassAhead<kPassLines>& pa) {
   const int64_t steps = (nkeys + 1) / 2;
-  const PassAhead<kPassLines> pa(ahead, ip0 + x0 / XB, steps, 2, X, row_bytes);
   auto load = [](const char* p, int xb) HWY_ATTR {
     return kHalf && xb == XB - 1 ? _mm512_maskz_loadu_epi16(0xFFFF, p) : _mm512_loadu_epi16(p);
   };
-  PvLanes acc[GB][XB];
-#pragma GCC unroll 16
-  for (int g = 0; g < GB; ++g)
-#pragma GCC unroll 16
-    for (int xb = 0; xb < XB; ++xb) {
-      const float* o = os + g * ostride + (x0 + xb) * 32;
-      acc[g][xb] = {_mm512_loadu_ps(o), _mm512_loadu_ps(o + 16)};
-    }
   for (int64_t q = 0; q < steps; ++q) {
     const bool single = 2 * q + 1 == nkeys;
     const char* r0 = row + 2 * q * row_bytes;
@@ -969,6 +960,23 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassChunks(const char* HWY_RESTRICT row, 
       }
     }
   }
+}
+
+// The outputs of GB rows x XB chunks at x0 into registers, and back.
+template <int GB, int XB>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvLoadAcc(PvLanes (&acc)[GB][XB], const float* os,
+                                               int64_t ostride, int64_t x0) {
+#pragma GCC unroll 16
+  for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 16
+    for (int xb = 0; xb < XB; ++xb) {
+      const float* o = os + g * ostride + (x0 + xb) * 32;
+      acc[g][xb] = {_mm512_loadu_ps(o), _mm512_loadu_ps(o + 16)};
+    }
+}
+template <int GB, int XB>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvStoreAcc(const PvLanes (&acc)[GB][XB], float* os,
+                                                int64_t ostride, int64_t x0) {
 #pragma GCC unroll 16
   for (int g = 0; g < GB; ++g)
 #pragma GCC unroll 16
@@ -977,6 +985,21 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassChunks(const char* HWY_RESTRICT row, 
       _mm512_storeu_ps(o, acc[g][xb].lo);
       _mm512_storeu_ps(o + 16, acc[g][xb].hi);
     }
+}
+
+// One pass of PvPairs over the chunks [x0, x0 + XB) (see PvPass and PvSteps).
+template <int GB, int XB, int kPassLines, bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassChunks(const char* HWY_RESTRICT row, int64_t row_bytes,
+                                                  int64_t nkeys, int64_t X, int64_t x0,
+                                                  const uint16_t* HWY_RESTRICT pb, int64_t pgs,
+                                                  int64_t pqs, float* HWY_RESTRICT os,
+                                                  int64_t ostride, bool stream, int64_t pf,
+                                                  const RowsAhead& ahead, int64_t ip0) {
+  const PassAhead<kPassLines> pa(ahead, ip0 + x0 / XB, (nkeys + 1) / 2, 2, X, row_bytes);
+  PvLanes acc[GB][XB];
+  PvLoadAcc<GB, XB>(acc, os, ostride, x0);
+  PvSteps<GB, XB, kPassLines, kHalf>(acc, row, row_bytes, nkeys, x0, pb, pgs, pqs, stream, pf, pa);
+  PvStoreAcc<GB, XB>(acc, os, ostride, x0);
 }
 
 // One pass of PvPairs: exactly GB query rows (a compile-time count: with a run-time count of
@@ -1094,6 +1117,137 @@ template <int... I>
 constexpr std::array<AxpyBf16DpFn, 2 * sizeof...(I)> AxpyBf16DpTable(
     std::integer_sequence<int, I...>) {
   return {&AxpySpanBf16Dp<I + 1, false>..., &AxpySpanBf16Dp<I + 1, true>...};
+}
+
+// The pair P·V over the pages of a paged cache whose pages are shorter than its blocks
+// (PvBlockKeys): the passes go over a block of several pages at once, their outputs in
+// registers from page to page. Page by page (AxpySpanBf16Dp per page and head), each of a
+// 16-key page's passes loaded and stored its outputs and set up its requests for 8 steps:
+// there the P·V took 1.5 times as long as on a contiguous cache (bf16 GQA-8 from L3).
+// A span: n value rows of the task's first kv head from `row` (a head's rows head_bytes
+// further), weighted from key t of the sub-block on.
+struct PvSpan {
+  const char* row;
+  int64_t n, t;
+};
+// Spans per block: at most PvBlockKeys (pages of one key).
+constexpr int64_t kMaxPvSpans = 64;
+
+// The rows of a next span that a block's passes ask for (PassAhead), a single pass too: RowsAhead
+// leaves a single pass to StreamAhead, whose fixed distance points past a page.
+inline RowsAhead SpanAhead(const char* row, int64_t n, int64_t npass, int64_t steps, int64_t X) {
+  RowsAhead a;
+  a.next = row;
+  a.nrows = n;
+  a.npass = npass;
+  a.lines = n * X;
+  a.L = (a.lines + npass * steps - 1) / (npass * steps);
+  return a;
+}
+
+// One pass of GB rows over the ns spans of a block (at hoff bytes from their rows): span i's
+// steps ask for their share of the next block's span i (ra[i], i < nra).
+template <int GB, int XB, int kPassLines, bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPagesPass(const PvSpan* sp, int64_t ns, int64_t hoff,
+                                                 int64_t row_bytes, int64_t X, const uint16_t* pb,
+                                                 int64_t ldp, float* os, int64_t ostride,
+                                                 const RowsAhead* ra, int64_t nra, int64_t ip0) {
+  const int64_t Xw = kHalf ? X - XB : X;  // the last pass holds the half chunk
+  for (int64_t x0 = 0; x0 < X; x0 += XB) {
+    PvLanes acc[GB][XB];
+    PvLoadAcc<GB, XB>(acc, os, ostride, x0);
+    for (int64_t i = 0; i < ns; ++i) {
+      const PvSpan& s = sp[i];
+      const PassAhead<kPassLines> pa(i < nra ? ra[i] : RowsAhead(), ip0 + x0 / XB, (s.n + 1) / 2, 2,
+                                     X, row_bytes);
+      if (kHalf && x0 == Xw)
+        PvSteps<GB, XB, kPassLines, true>(acc, s.row + hoff, row_bytes, s.n, x0, pb + s.t, ldp, 2,
+                                          false, 0, pa);
+      else
+        PvSteps<GB, XB, kPassLines, false>(acc, s.row + hoff, row_bytes, s.n, x0, pb + s.t, ldp, 2,
+                                           false, 0, pa);
+    }
+    PvStoreAcc<GB, XB>(acc, os, ostride, x0);
+  }
+}
+
+// PvPairs over a block's spans; the passes ask for the nnx spans at nx (nhoff bytes from their
+// rows): the same block's next head, the next block, or where the sub-block's stream goes on.
+template <int G, int XB, bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPagesPairs(const PvSpan* sp, int64_t ns, int64_t hoff,
+                                                  const PvSpan* nx, int64_t nnx, int64_t nhoff,
+                                                  int64_t row_bytes, int64_t X, const uint16_t* pb,
+                                                  int64_t ldp, float* os, int64_t ostride) {
+  constexpr int GB = std::max(1, std::min(G, 8 / XB)), kFull = G / GB, kRest = G % GB;
+  const int64_t npass = X / XB * (kFull + (kRest > 0));
+  RowsAhead ra[kMaxPvSpans];
+  const int64_t nra = std::min(ns, nnx);
+  for (int64_t i = 0; i < nra; ++i)
+    ra[i] = SpanAhead(nx[i].row + nhoff, nx[i].n, npass, (sp[i].n + 1) / 2, X);
+  constexpr int kPassLines = std::max(1, 2 * XB / (kFull + (kRest > 0)));  // as PvPairs
+  for (int i = 0; i < kFull; ++i)
+    PvPagesPass<GB, XB, kPassLines, kHalf>(sp, ns, hoff, row_bytes, X, pb + i * GB * ldp, ldp,
+                                           os + i * GB * ostride, ostride, ra, nra, i * (X / XB));
+  if constexpr (kRest > 0)
+    PvPagesPass<kRest, XB, kPassLines, kHalf>(sp, ns, hoff, row_bytes, X, pb + kFull * GB * ldp,
+                                              ldp, os + kFull * GB * ostride, ostride, ra, nra,
+                                              kFull * (X / XB));
+}
+
+template <int G, bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpyPagesBf16Dp(const PvSpan* sp, int64_t ns, int64_t hoff,
+                                                       const PvSpan* nx, int64_t nnx, int64_t nhoff,
+                                                       int64_t row_bytes, int64_t Dv,
+                                                       const uint16_t* pb, int64_t ldp, float* os,
+                                                       int64_t ostride) {
+  const int64_t X = (Dv + 31) / 32;
+  switch (PvChunks(G, X)) {
+    case 8:
+      PvPagesPairs<G, 8, kHalf>(sp, ns, hoff, nx, nnx, nhoff, row_bytes, X, pb, ldp, os, ostride);
+      break;
+    case 4:
+      PvPagesPairs<G, 4, kHalf>(sp, ns, hoff, nx, nnx, nhoff, row_bytes, X, pb, ldp, os, ostride);
+      break;
+    case 2:
+      PvPagesPairs<G, 2, kHalf>(sp, ns, hoff, nx, nnx, nhoff, row_bytes, X, pb, ldp, os, ostride);
+      break;
+    default:
+      PvPagesPairs<G, 1, kHalf>(sp, ns, hoff, nx, nnx, nhoff, row_bytes, X, pb, ldp, os, ostride);
+  }
+}
+
+using AxpyPagesFn = void (*)(const PvSpan*, int64_t, int64_t, const PvSpan*, int64_t, int64_t,
+                             int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t);
+template <int... I>
+constexpr std::array<AxpyPagesFn, 2 * sizeof...(I)> AxpyPagesTable(
+    std::integer_sequence<int, I...>) {
+  return {&AxpyPagesBf16Dp<I + 1, false>..., &AxpyPagesBf16Dp<I + 1, true>...};
+}
+
+// The pair P·V of a sub-block's value spans (all heads of the task) in blocks of whole spans of
+// up to PvBlockKeys keys; `after`: the first rows of the next sub-block, if any (nafter 1).
+template <class Fn>
+HWY_INLINE void ForPageBlocks(const PvSpan* sp, int64_t nsp, int64_t Dv, int64_t nh,
+                              int64_t head_bytes, const PvSpan* after, int64_t nafter,
+                              const Fn& fn) {
+  const int64_t block = PvBlockKeys(Dv);
+  auto block_end = [&](int64_t b) {  // spans [b, end) of a block
+    int64_t e = b + 1, keys = sp[b].n;
+    while (e < nsp && e - b < kMaxPvSpans && keys + sp[e].n <= block) keys += sp[e++].n;
+    return e;
+  };
+  for (int64_t b0 = 0; b0 < nsp;) {
+    const int64_t b1 = block_end(b0), b2 = b1 < nsp ? block_end(b1) : b1;
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      if (hh + 1 < nh)
+        fn(sp + b0, b1 - b0, hh * head_bytes, sp + b0, b1 - b0, (hh + 1) * head_bytes, hh);
+      else if (b1 < nsp)
+        fn(sp + b0, b1 - b0, hh * head_bytes, sp + b1, b2 - b1, 0, hh);
+      else
+        fn(sp + b0, b1 - b0, hh * head_bytes, after, nafter, 0, hh);
+    }
+    b0 = b1;
+  }
 }
 #endif
 
@@ -1746,6 +1900,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   (void)wide_ok;
 #endif
   const bool wide_f32 = wide && std::is_same_v<TK, float>;
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+  // The pair P·V over blocks of several pages (AxpyPagesBf16Dp) where the pages are shorter than
+  // its blocks, from 3 rows per kv head (P·V of several passes). With one pass (MHA) the pages
+  // streamed 10% slower that way than page by page (16-key pages, from DRAM).
+  const bool pv_pages =
+      dp_pv && !amx && !wide && G >= 3 && vr.table && vr.block_size < PvBlockKeys(Dv);
+#else
+  const bool pv_pages = false;
+#endif
   HWY_DASSERT(!wide || wide_f32 || dp_pv);
   HWY_DASSERT(G <= kMaxDecodeRows || amx || wide);
   // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
@@ -1835,17 +1998,21 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   }
   lo = std::max(lo, c0);
   hi = std::min(hi, c1 - 1);
-  // The prefetch distance (StreamAhead's `ahead`) of the task's last head in a span of a paged
-  // cache: from its rows to the same rows of the next page's first head (key jn on), where the
-  // fixed distance points past its page, at a block of another sequence or none, and the next
-  // page's first rows went unrequested (an eighth of the bytes at 8 heads per task, half at 2).
-  // Alternated in one process with 16-token pages, from DRAM: bf16 GQA-4 6-21% faster (4 rounds,
-  // 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32 GQA-4 4-6%, MHA -1 to +4%; from cache
-  // 5-26%.
+  // The prefetch distance (StreamAhead's `ahead`) of head hh in a span of a paged cache, whose
+  // page holds the task's nh heads side by side (nh·head_bytes, read front to back): the fixed
+  // distance where it stays in the page, else the same distance into the next page (key jn
+  // on), as the stream goes on there. A fixed distance past the page points at a block of
+  // another sequence or none. Where it was taken for all heads but the last (the last one
+  // mapped to the next page's first head), the next page's other heads went unrequested
+  // wherever a head is less than the distance: half of each page at 2 heads of 2 KiB.
+  // The last head's mapping, alternated in one process with 16-token pages, from DRAM: bf16
+  // GQA-4 6-21% faster (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32 GQA-4
+  // 4-6%, MHA -1 to +4%; from cache 5-26%.
   const int64_t ahead = DecodeAheadBytes();
-  auto ahead_of_last = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes) {
-    if (!kv.table || jn > hi) return ahead;
-    return static_cast<int64_t>(kv.row_at(jn) - (row + (nh - 1) * head_bytes));
+  auto ahead_of = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes,
+                      int64_t hh) {
+    if (!kv.table || jn > hi || (hh + 1) * head_bytes + ahead <= nh * head_bytes) return ahead;
+    return static_cast<int64_t>(kv.row_at(jn) - row) + ahead - nh * head_bytes;
   };
 
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
@@ -1857,9 +2024,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     // Per span (a page of a paged cache), the heads one after the other: their rows are
     // adjacent there, so the task reads the page front to back.
     kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-      const int64_t last_pf = ahead_of_last(kr, row, j + n, k_head_bytes);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        const int64_t pf = hh + 1 == nh ? last_pf : ahead;
+        const int64_t pf = ahead_of(kr, row, j + n, k_head_bytes, hh);
         const char* hrow = row + hh * k_head_bytes;
         float* out = sc.s + hh * Gd * kDecodeSub + (j - s0);
 #if TBOOST_DECODE_REDUCE16
@@ -1904,7 +2070,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     });
     // The task's first value rows (16 KiB), which no earlier block of a P·V of blocks asked for
     // (RowsAhead), into L2 while the softmax computes.
-    if (v_blocks && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
+    // The P·V over blocks of pages asks the passes of a sub-block's last block for no more than
+    // the next sub-block's first page: its first block's other pages too, for every sub-block.
+    if (v_blocks && (s0 == lo || pv_pages)) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
 #if TBOOST_DECODE_REDUCE16
     // Mask, then the online softmax: of a head's lanes at once (rows in lanes), else per row,
     // the weights also as bf16 for the pair P·V.
@@ -1927,10 +2095,33 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       if (dp_pv && !amx)  // rounded to nearest even
         convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, srow, DType::kF32, ns);
     }
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+    if (pv_pages) {
+      static constexpr auto pages_fns =  // as dp_axpys
+          AxpyPagesTable(std::make_integer_sequence<int, kMaxDecodeRows>());
+      const AxpyPagesFn fn =
+          pages_fns[static_cast<size_t>((Dv % 32 != 0) * kMaxDecodeRows + G - 1)];
+      PvSpan sp[kDecodeSub];
+      int64_t nsp = 0;
+      vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+        sp[nsp++] = {row, n, j - s0};
+      });
+      PvSpan after{nullptr, 0, 0};
+      const int64_t nafter = s1 <= hi ? 1 : 0;
+      if (nafter)
+        after = {vr.row_at(s1), std::min(vr.block_size - s1 % vr.block_size, hi + 1 - s1), 0};
+      ForPageBlocks(sp, nsp, Dv, nh, v_head_bytes, &after, nafter,
+                    [&](const PvSpan* b, int64_t nb, int64_t hoff, const PvSpan* nx, int64_t nnx,
+                        int64_t nhoff, int64_t hh) {
+                      fn(b, nb, hoff, nx, nnx, nhoff, vr.row_bytes, Dv,
+                         sc.pb + hh * Gd * kDecodeSub, kDecodeSub, part[hh] + 2, P);
+                    });
+      continue;
+    }
+#endif
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-      const int64_t last_pf = ahead_of_last(vr, row, j + n, v_head_bytes);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        const int64_t pf = hh + 1 == nh ? last_pf : ahead;
+        const int64_t pf = ahead_of(vr, row, j + n, v_head_bytes, hh);
         const char* hrow = row + hh * v_head_bytes;
         const int64_t off = hh * Gd * kDecodeSub + (j - s0);
         // Where the stream goes on (RowsAhead): the next head's rows of this span, else the
