@@ -230,12 +230,15 @@ void decode_cases(Runner& R) {
   // bf16 one, so for large g the products, not DRAM, set the floor on a few cores. Then MHA and
   // GQA-4 in a paged cache of 16-token pages, the pages in a shuffled order. Then head dim 64,
   // where each key's fixed costs (the score's lane sum, the softmax) weigh twice as much per
-  // byte: GQA-4 (Llama-3.2-1B's 32 / 8 heads) and GQA-3 (SmolLM2-135M's 9 / 3). Last, GQA-4
+  // byte: GQA-4 (Llama-3.2-1B's 32 / 8 heads) and GQA-3 (SmolLM2-135M's 9 / 3). Then GQA-4
   // with 4 query tokens per call (a speculative decoder's check of 4 drafted tokens): 16 query
-  // rows per kv head.
-  const Shp shapes[] = {{32, 32, 128, true}, {32, 8, 128, true},       {32, 4, 128, false},
-                        {32, 1, 128, false}, {32, 32, 128, false, 16}, {32, 8, 128, false, 16},
-                        {32, 8, 64, false},  {9, 3, 64, false},        {32, 8, 128, false, 0, 4}};
+  // rows per kv head. Last, Qwen2-0.5B's 14 / 2 heads of 64 in 16-token pages (7 rows per kv
+  // head, small pages of 2 heads), and head dim 80 (Phi-2's 32 heads), which is no multiple of
+  // 32.
+  const Shp shapes[] = {{32, 32, 128, true},    {32, 8, 128, true},       {32, 4, 128, false},
+                        {32, 1, 128, false},    {32, 32, 128, false, 16}, {32, 8, 128, false, 16},
+                        {32, 8, 64, false},     {9, 3, 64, false},        {32, 8, 128, false, 0, 4},
+                        {14, 2, 64, false, 16}, {32, 32, 80, false}};
   std::vector<int64_t> lengths = {512, 4096, 16384};
   if (R.opt.quick) lengths = {4096};
   const double total_target = R.opt.quick ? 256.0 * 1048576.0 : 1.25 * 1073741824.0;
