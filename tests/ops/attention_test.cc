@@ -1064,8 +1064,8 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {4200}, .Sq = 1, .Hq = 64, .Hkv = 4,
        .D = 64, .block_size = 4200, .paged = false, .scale = 1.5f, .threads = 2});
   // bf16 pairs at head dims that are odd multiples of 16 (8 pairs of each row's dot and the
-  // P·V's last 16 features loaded masked): GQA-4 at 80 in 16-key pages (odd spans, one chunk of
-  // the P·V per pass); GQA-8 at 112 (two chunks per pass, the second a half one); MHA at 16
+  // P·V's last 16 features loaded masked): GQA-4 at 80 in 16-key pages (the P·V over blocks of
+  // pages, one chunk per pass); GQA-8 at 112 (two chunks per pass, the second a half one); MHA at 16
   // (nothing but the half vector) and 48; rows in lanes at 80 (16 heads) and 48 / 80 (24 rows,
   // a window, 7-key pages).
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1201, 33}, .Sq = 1, .Hq = 8, .Hkv = 2,
@@ -1081,9 +1081,9 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 40}, .Sq = 3, .Hq = 8, .Hkv = 1,
        .D = 48, .Dv = 80, .block_size = 7, .wl = 100, .threads = 2});
   // The pair P·V over blocks of several pages (3 to 8 rows per kv head, pages shorter than its
-  // blocks): 7- and 5-key pages (spans from odd keys on, pairs across them), the second with
-  // the half chunk of head dim 80; a window from an odd key in 16-key pages (a first span of 11
-  // keys); 2 kv heads per task of 4 tokens x 2 heads.
+  // blocks): 7- and 5-key pages (spans from odd keys on, each pairing its own keys, an odd last
+  // one with weight 0), the second with the half chunk of head dim 80; a window from an odd key
+  // in 16-key pages (a first span of 11 keys); 4 tokens x 2 heads (8 rows).
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 61}, .Sq = 1, .Hq = 8, .Hkv = 2,
        .D = 64, .block_size = 7, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {300, 4}, .Sq = 1, .Hq = 12, .Hkv = 3,
@@ -1092,6 +1092,27 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 128, .block_size = 16, .wl = 334, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1300}, .Sq = 4, .Hq = 4, .Hkv = 2,
        .D = 64, .block_size = 16, .threads = 2});
+  // The same with 2 kv heads per task (5 chunks on 1 thread: the passes ask for the next
+  // head's rows of a block), 1-key pages (blocks of 64 spans), GQA-7 (Qwen2-0.5B's 14 / 2),
+  // GQA-5 and GQA-3 with half chunks (head dims 80 and 112: one chunk, and two, per pass).
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {2100}, .Sq = 4, .Hq = 4, .Hkv = 2,
+       .D = 64, .block_size = 16});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {200, 3}, .Sq = 1, .Hq = 4, .Hkv = 1,
+       .D = 64, .block_size = 1, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1000, 9}, .Sq = 1, .Hq = 14, .Hkv = 2,
+       .D = 64, .block_size = 16, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {600, 20}, .Sq = 1, .Hq = 15, .Hkv = 3,
+       .D = 80, .block_size = 16, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {500}, .Sq = 1, .Hq = 9, .Hkv = 3,
+       .D = 112, .block_size = 8});
+  // Half chunks elsewhere: GQA-4 at 80 on a contiguous cache (the P·V per span, one chunk per
+  // pass); rows in lanes at 48 and 112 (two chunks per pass, the second a half one).
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {900, 33}, .Sq = 1, .Hq = 8, .Hkv = 2,
+       .D = 80, .block_size = 900, .paged = false, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {700, 3}, .Sq = 1, .Hq = 16, .Hkv = 1,
+       .D = 48, .block_size = 700, .paged = false, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {400, 30}, .Sq = 1, .Hq = 24, .Hkv = 2,
+       .D = 112, .block_size = 16, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)

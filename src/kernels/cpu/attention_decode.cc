@@ -1028,7 +1028,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
 
 // os[g·ostride + :] (lane order) += sum over value rows t < nkeys (row_bytes apart), in pairs
 // 2q, 2q + 1, weighted by the bf16 pair at pb[g·ldp + 2q], for the G query rows and the XB·32
-// features at x0 (every XB-chunk of X = ceil(Dv / 32), the last a half one where `half`).
+// features at x0 (every XB-chunk of X = ceil(Dv / 32), the last a half one where kHalf).
 // Outputs of GB rows x XB chunks (16
 // registers) stay in registers while the pairs stream by; each pair's two rows are read front
 // to back, one after the other; further passes read the pairs from L1.
@@ -1054,7 +1054,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
                                          kFull * (X / XB));
 }
 
-// Chunks of 32 features per pass (XB) of the pair P·V for G rows and X = Dv / 32 chunks; rows
+// Chunks of 32 features per pass (XB) of the pair P·V for G rows and X = ceil(Dv / 32) chunks; rows
 // per pass GB = 8 / XB (PvPairs): over all passes a pair of keys costs 2·X·G vdpbf16ps, plus
 // 4·X·G / GB loads and unpacks (each pass re-interleaves its chunks) and X·G / XB broadcasts of
 // the weights. With GB·XB = 8 that is least for GB = 4 or 8; XB = 2 from 3 rows on (X even).
@@ -1225,11 +1225,11 @@ constexpr std::array<AxpyPagesFn, 2 * sizeof...(I)> AxpyPagesTable(
 }
 
 // The pair P·V of a sub-block's value spans (all heads of the task) in blocks of whole spans of
-// up to PvBlockKeys keys; `after`: the first rows of the next sub-block, if any (nafter 1).
+// up to PvBlockKeys keys: fn(block's spans, count, head offset, the spans its passes ask for,
+// count, their head offset, head).
 template <class Fn>
 HWY_INLINE void ForPageBlocks(const PvSpan* sp, int64_t nsp, int64_t Dv, int64_t nh,
-                              int64_t head_bytes, const PvSpan* after, int64_t nafter,
-                              const Fn& fn) {
+                              int64_t head_bytes, const Fn& fn) {
   const int64_t block = PvBlockKeys(Dv);
   auto block_end = [&](int64_t b) {  // spans [b, end) of a block
     int64_t e = b + 1, keys = sp[b].n;
@@ -1241,10 +1241,8 @@ HWY_INLINE void ForPageBlocks(const PvSpan* sp, int64_t nsp, int64_t Dv, int64_t
     for (int64_t hh = 0; hh < nh; ++hh) {
       if (hh + 1 < nh)
         fn(sp + b0, b1 - b0, hh * head_bytes, sp + b0, b1 - b0, (hh + 1) * head_bytes, hh);
-      else if (b1 < nsp)
+      else  // the next block (none after the last: b2 == b1)
         fn(sp + b0, b1 - b0, hh * head_bytes, sp + b1, b2 - b1, 0, hh);
-      else
-        fn(sp + b0, b1 - b0, hh * head_bytes, after, nafter, 0, hh);
     }
     b0 = b1;
   }
@@ -1685,12 +1683,12 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanWide(const char* row, int64_t row
               [&](const char* r, int64_t t, int64_t nk, const char* nr, int64_t nn) {
                 // t is even (blocks of PvBlockKeys keys): pair t / 2 on.
                 const uint16_t* p = pb + t * ld;
-                if (XB == 2)
+                if (XB == 2 && !half)
                   PvPairsWide<2, false>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
-                else if (XB == 1 && !half)
-                  PvPairsWide<1, false>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
                 else if (XB == 2)
                   PvPairsWide<2, true>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
+                else if (!half)
+                  PvPairsWide<1, false>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
                 else
                   PvPairsWide<1, true>(r, row_bytes, nk, X, p, 2 * ld, os, ostride, G, nr, nn);
               });
@@ -1873,7 +1871,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
                   cpu_features().avx512_bf16;
   // A value head dim that is an odd multiple of 16 ends in a half chunk (PvPass), whose
   // P·V pays for a whole one. With 1 or 2 rows the chunks' passes then cost more than the
-  // widened P·V (head dim 80 from L3: MHA 151 against 116 µs, GQA-2 158-178 against 144-170);
+  // widened P·V (head dim 80 from L3: MHA 151 against 116 µs, GQA-2 158-179 against 144-170);
   // from 3 rows the pairs were as fast or faster (GQA-4 63-78 against 71-128, GQA-8 12-15%).
   const bool dp_pv = dp && (Dv % 32 == 0 || (Dv % 16 == 0 && G >= 3));
   // AMX for both products (AmxScores, AmxPv) from 2 query rows per kv head, on contiguous
@@ -1906,8 +1904,6 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // streamed 10% slower that way than page by page (16-key pages, from DRAM).
   const bool pv_pages =
       dp_pv && !amx && !wide && G >= 3 && vr.table && vr.block_size < PvBlockKeys(Dv);
-#else
-  const bool pv_pages = false;
 #endif
   HWY_DASSERT(!wide || wide_f32 || dp_pv);
   HWY_DASSERT(G <= kMaxDecodeRows || amx || wide);
@@ -2000,18 +1996,19 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   hi = std::min(hi, c1 - 1);
   // The prefetch distance (StreamAhead's `ahead`) of head hh in a span of a paged cache, whose
   // page holds the task's nh heads side by side (nh·head_bytes, read front to back): the fixed
-  // distance where it stays in the page, else the same distance into the next page (key jn
-  // on), as the stream goes on there. A fixed distance past the page points at a block of
-  // another sequence or none. Where it was taken for all heads but the last (the last one
-  // mapped to the next page's first head), the next page's other heads went unrequested
-  // wherever a head is less than the distance: half of each page at 2 heads of 2 KiB.
-  // The last head's mapping, alternated in one process with 16-token pages, from DRAM: bf16
-  // GQA-4 6-21% faster (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32 GQA-4
-  // 4-6%, MHA -1 to +4%; from cache 5-26%.
+  // distance where the target of the head's first row stays in the page, else the same
+  // distance into the next page (key jn on), as the stream goes on there (a head across the
+  // page's end then asks for its first rows' targets before the next page's start). A fixed
+  // distance past the page points at a block of another sequence or none. Where it was taken for
+  // all heads but the last (the last one mapped to the next page's first head), the next page's
+  // other heads went unrequested wherever a head is less than the distance: half of each page at 2
+  // heads of 2 KiB. The last head's mapping, alternated in one process with 16-token pages, from
+  // DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32
+  // GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
   const int64_t ahead = DecodeAheadBytes();
   auto ahead_of = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes,
                       int64_t hh) {
-    if (!kv.table || jn > hi || (hh + 1) * head_bytes + ahead <= nh * head_bytes) return ahead;
+    if (!kv.table || jn > hi || hh * head_bytes + ahead < nh * head_bytes) return ahead;
     return static_cast<int64_t>(kv.row_at(jn) - row) + ahead - nh * head_bytes;
   };
 
@@ -2070,9 +2067,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     });
     // The task's first value rows (16 KiB), which no earlier block of a P·V of blocks asked for
     // (RowsAhead), into L2 while the softmax computes.
-    // The P·V over blocks of pages asks the passes of a sub-block's last block for no more than
-    // the next sub-block's first page: its first block's other pages too, for every sub-block.
-    if (v_blocks && (s0 == lo || pv_pages)) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
+    if (v_blocks && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
 #if TBOOST_DECODE_REDUCE16
     // Mask, then the online softmax: of a head's lanes at once (rows in lanes), else per row,
     // the weights also as bf16 for the pair P·V.
@@ -2106,11 +2101,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
         sp[nsp++] = {row, n, j - s0};
       });
-      PvSpan after{nullptr, 0, 0};
-      const int64_t nafter = s1 <= hi ? 1 : 0;
-      if (nafter)
-        after = {vr.row_at(s1), std::min(vr.block_size - s1 % vr.block_size, hi + 1 - s1), 0};
-      ForPageBlocks(sp, nsp, Dv, nh, v_head_bytes, &after, nafter,
+      // Paged caches take chunks of kDecodeChunk = kDecodeSub keys: this is the task's only
+      // sub-block, and its last block asks for nothing after it.
+      static_assert(kDecodeChunk == kDecodeSub);
+      ForPageBlocks(sp, nsp, Dv, nh, v_head_bytes,
                     [&](const PvSpan* b, int64_t nb, int64_t hoff, const PvSpan* nx, int64_t nnx,
                         int64_t nhoff, int64_t hh) {
                       fn(b, nb, hoff, nx, nnx, nhoff, vr.row_bytes, Dv,
@@ -2247,7 +2241,8 @@ int64_t DecodeChunkFor(const AttentionArgs& a, int64_t NG) {
 }
 
 // Whether this call's decode tasks of 2 or more query rows run on AMX: bf16 q and cache, head
-// dims multiples of 32 (DecodeTask's pair path, dp_pv) and attention_decode_bf16_amx. Such
+// dims multiples of 32 (DecodeTask's pair path, dp_pv, without a half chunk) and
+// attention_decode_bf16_amx. Such
 // calls take kAmxDecodeRows (two AMX tiles of query columns) rows per task and kv head, others
 // kMaxDecodeRows (the vector kernels' widest case): MQA with 32 q heads then reads each chunk
 // of its cache once rather than four times.
