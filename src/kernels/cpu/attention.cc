@@ -22,12 +22,11 @@
 // Decode (DecodeTask): with few query tokens per sequence (Sq <= DecodeTokenCap: 8; on AVX-512
 // without AMX prefill 16, or 32 for a bf16 model on AVX512_BF16) a tile of Br queries of one
 // head would be mostly padding and the products would be bound by broadcasts, so each key row
-// is instead streamed once and dotted
-// with every query row of its kv head (GQA heads share the read; more rows than a task takes,
-// kMaxDecodeRows, 32 in lanes or on AMX, go in groups, a task each). The keys
-// of each (sequence, kv head) are split into chunks (flash-decoding) so that batch-1 decode
-// keeps every thread busy; the chunks' partial results (max, sum, unnormalized output) are
-// merged by log-sum-exp at the end.
+// is instead streamed once and dotted with every query row of its kv head (GQA heads share the
+// read; more rows than a task takes, kMaxDecodeRows, 32 in lanes or on AMX, go in groups, a task
+// each). The keys of each (sequence, kv head) are split into chunks (flash-decoding) so that
+// batch-1 decode keeps every thread busy; the chunks' partial results (max, sum, unnormalized
+// output) are merged by log-sum-exp at the end.
 //
 // Tasks go to threads through an atomic counter, heaviest first (causal tiles near the end of
 // the sequence see the most keys). Every task is computed by one thread in a fixed order, so

@@ -471,6 +471,11 @@ constexpr std::array<DotBf16DpFn, 2 * sizeof...(I)> DotBf16DpTable(
     std::integer_sequence<int, I...>) {
   return {&DotSpanBf16Dp<I + 1, false>..., &DotSpanBf16Dp<I + 1, true>...};
 }
+// The entry of the pair tables (DotBf16DpTable, AxpyBf16DpTable, AxpyPagesTable) for `rows`
+// query rows and a head dim `dim`: the second half where dim is an odd multiple of 16.
+inline size_t PairFn(int64_t dim, int64_t rows) {
+  return static_cast<size_t>((dim % 32 != 0) * kMaxDecodeRows + rows - 1);
+}
 
 #endif
 
@@ -1029,9 +1034,9 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
 // os[g·ostride + :] (lane order) += sum over value rows t < nkeys (row_bytes apart), in pairs
 // 2q, 2q + 1, weighted by the bf16 pair at pb[g·ldp + 2q], for the G query rows and the XB·32
 // features at x0 (every XB-chunk of X = ceil(Dv / 32), the last a half one where kHalf).
-// Outputs of GB rows x XB chunks (16
-// registers) stay in registers while the pairs stream by; each pair's two rows are read front
-// to back, one after the other; further passes read the pairs from L1.
+// Outputs of GB rows x XB chunks (16 registers) stay in registers while the pairs stream by; each
+// pair's two rows are read front to back, one after the other; further passes read the pairs
+// from L1.
 template <int G, int XB, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64_t row_bytes,
                                              int64_t nkeys, int64_t X,
@@ -1123,7 +1128,8 @@ constexpr std::array<AxpyBf16DpFn, 2 * sizeof...(I)> AxpyBf16DpTable(
 // (PvBlockKeys): the passes go over a block of several pages at once, their outputs in
 // registers from page to page. Page by page (AxpySpanBf16Dp per page and head), each of a
 // 16-key page's passes loaded and stored its outputs and set up its requests for 8 steps:
-// there the P·V took 1.5 times as long as on a contiguous cache (bf16 GQA-8 from L3).
+// there the P·V took 36% of a bf16 GQA-8 decode's samples from L3, against 23% on a contiguous
+// cache (the dots 29% against 25%).
 // A span: n value rows of the task's first kv head from `row` (a head's rows head_bytes
 // further), weighted from key t of the sub-block on.
 struct PvSpan {
@@ -1132,18 +1138,6 @@ struct PvSpan {
 };
 // Spans per block: at most PvBlockKeys (pages of one key).
 constexpr int64_t kMaxPvSpans = 64;
-
-// The rows of a next span that a block's passes ask for (PassAhead), a single pass too: RowsAhead
-// leaves a single pass to StreamAhead, whose fixed distance points past a page.
-inline RowsAhead SpanAhead(const char* row, int64_t n, int64_t npass, int64_t steps, int64_t X) {
-  RowsAhead a;
-  a.next = row;
-  a.nrows = n;
-  a.npass = npass;
-  a.lines = n * X;
-  a.L = (a.lines + npass * steps - 1) / (npass * steps);
-  return a;
-}
 
 // One pass of GB rows over the ns spans of a block (at hoff bytes from their rows): span i's
 // steps ask for their share of the next block's span i (ra[i], i < nra).
@@ -1182,8 +1176,12 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPagesPairs(const PvSpan* sp, int64_t ns, 
   const int64_t npass = X / XB * (kFull + (kRest > 0));
   RowsAhead ra[kMaxPvSpans];
   const int64_t nra = std::min(ns, nnx);
-  for (int64_t i = 0; i < nra; ++i)
-    ra[i] = SpanAhead(nx[i].row + nhoff, nx[i].n, npass, (sp[i].n + 1) / 2, X);
+  for (int64_t i = 0; i < nra; ++i) {
+    // A single pass asks for the next span too: elsewhere it asks by StreamAhead, whose fixed
+    // distance points past a page.
+    ra[i] = RowsAhead(nx[i].row + nhoff, nx[i].n, npass, (sp[i].n + 1) / 2, X);
+    ra[i].next = nx[i].row + nhoff;
+  }
   constexpr int kPassLines = std::max(1, 2 * XB / (kFull + (kRest > 0)));  // as PvPairs
   for (int i = 0; i < kFull; ++i)
     PvPagesPass<GB, XB, kPassLines, kHalf>(sp, ns, hoff, row_bytes, X, pb + i * GB * ldp, ldp,
@@ -1862,8 +1860,6 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const int64_t P = PartialFloats(Dvp);
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   // bf16 q against a bf16 cache: q as given, in pairs, for vdpbf16ps (DotKeysBf16Dp).
-  // G rows: [G - 1]; a head dim that is an odd multiple of 16 (a last half vector of pairs):
-  // [kMaxDecodeRows + G - 1].
   static constexpr auto dp_dots = DotBf16DpTable(std::make_integer_sequence<int, kMaxDecodeRows>());
   static constexpr auto dp_axpys =
       AxpyBf16DpTable(std::make_integer_sequence<int, kMaxDecodeRows>());
@@ -1872,7 +1868,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // A value head dim that is an odd multiple of 16 ends in a half chunk (PvPass), whose
   // P·V pays for a whole one. With 1 or 2 rows the chunks' passes then cost more than the
   // widened P·V (head dim 80 from L3: MHA 151 against 116 µs, GQA-2 158-179 against 144-170);
-  // from 3 rows the pairs were as fast or faster (GQA-4 63-78 against 71-128, GQA-8 12-15%).
+  // from 3 rows the pairs were as fast or faster (GQA-4 63-78 against 71-128, GQA-8 11-15%).
   const bool dp_pv = dp && (Dv % 32 == 0 || (Dv % 16 == 0 && G >= 3));
   // AMX for both products (AmxScores, AmxPv) from 2 query rows per kv head, on contiguous
   // caches and pages of kAmxPiece keys or more: with 16-key pages every page paid for a product
@@ -2054,8 +2050,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
                       kDecodeSub, sc.ct, pf);
           }
           for (int64_t r = 0; t < n && r < Gd; r += kMaxDecodeRows)  // AMX: up to 16 rows
-            dp_dots[static_cast<size_t>((D % 32 != 0) * kMaxDecodeRows +
-                                        std::min(kMaxDecodeRows, Gd - r) - 1)](
+            dp_dots[PairFn(D, std::min(kMaxDecodeRows, Gd - r))](
                 hrow + t * kr.row_bytes, kr.row_bytes, n - t, D, q2 + (hh * Gd + r) * ldq2, ldq2,
                 qscale, out + r * kDecodeSub + t, kDecodeSub, pf);
           continue;
@@ -2092,10 +2087,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
     if (pv_pages) {
-      static constexpr auto pages_fns =  // as dp_axpys
+      static constexpr auto pages_fns =
           AxpyPagesTable(std::make_integer_sequence<int, kMaxDecodeRows>());
-      const AxpyPagesFn fn =
-          pages_fns[static_cast<size_t>((Dv % 32 != 0) * kMaxDecodeRows + G - 1)];
+      const AxpyPagesFn fn = pages_fns[PairFn(Dv, G)];
       PvSpan sp[kDecodeSub];
       int64_t nsp = 0;
       vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
@@ -2156,10 +2150,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           continue;
         }
         if (dp_pv) {
-          // The second half of the table: a last half chunk (Dv an odd multiple of 16).
-          dp_axpys[static_cast<size_t>((Dv % 32 != 0) * kMaxDecodeRows + G - 1)](
-              hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub, part[hh] + 2, P, pf, next,
-              next_rows);
+          dp_axpys[PairFn(Dv, G)](hrow, vr.row_bytes, n, Dv, sc.pb + off, kDecodeSub, part[hh] + 2,
+                                  P, pf, next, next_rows);
           continue;
         }
 #endif
@@ -2242,8 +2234,8 @@ int64_t DecodeChunkFor(const AttentionArgs& a, int64_t NG) {
 
 // Whether this call's decode tasks of 2 or more query rows run on AMX: bf16 q and cache, head
 // dims multiples of 32 (DecodeTask's pair path, dp_pv, without a half chunk) and
-// attention_decode_bf16_amx. Such
-// calls take kAmxDecodeRows (two AMX tiles of query columns) rows per task and kv head, others
+// attention_decode_bf16_amx. Such calls take kAmxDecodeRows (two AMX tiles of query columns)
+// rows per task and kv head, others
 // kMaxDecodeRows (the vector kernels' widest case): MQA with 32 q heads then reads each chunk
 // of its cache once rather than four times.
 bool DecodeAmx(const AttentionArgs& a) {
