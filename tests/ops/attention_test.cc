@@ -1113,6 +1113,20 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 48, .block_size = 700, .paged = false, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {400, 30}, .Sq = 1, .Hq = 24, .Hkv = 2,
        .D = 112, .block_size = 16, .threads = 2});
+  // The dots in row pairs (4 or 8 rows, 32 / rows keys at once, the last keys of a span one by
+  // one): f32 caches at 5-8 rows with head dims of an odd count of 8-feature halves (40, 72) in
+  // 7-key pages and on a contiguous cache; bf16 pairs at 6 rows and head dim 48 in 5-key pages,
+  // 4 rows at head dim 16 (one half), 8 rows of 2 tokens at 144.
+  add({.ctx = {700, 6}, .Sq = 1, .Hq = 14, .Hkv = 2, .D = 40, .block_size = 7, .threads = 2});
+  add({.ctx = {1100, 3}, .Sq = 1, .Hq = 8, .Hkv = 1, .D = 72, .block_size = 1100, .paged = false,
+       .threads = 2});
+  add({.ctx = {300, 3}, .Sq = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 40, .block_size = 5});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {500, 7}, .Sq = 1, .Hq = 6, .Hkv = 1,
+       .D = 48, .block_size = 5, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {333}, .Sq = 1, .Hq = 8, .Hkv = 2, .D = 16,
+       .block_size = 16});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {800, 31}, .Sq = 2, .Hq = 8, .Hkv = 2,
+       .D = 144, .block_size = 800, .paged = false, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)

@@ -350,6 +350,111 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
   StoreScores<G, KK>(acc, 1.0f, out, ostride);
 }
 
+#if TBOOST_DECODE_REDUCE16
+// Dots of 4 or 8 query rows (G) against 32 / G keys at once with each accumulator holding two
+// query rows in its halves ("row pairs"): half i of a key row (8 features, or 8 bf16 pairs: 32
+// bytes) is broadcast to both halves of a vector, and rows 2p and 2p + 1's elements of half i
+// lie in the halves of qm's vector (p, i) (PackRowPairs). As many products as with one row per
+// accumulator (DotKeys, DotKeysBf16Dp), but each score sums 8 lanes rather than 16: the 16
+// accumulators reduce in 3 shuffle levels to 32 scores (42 instructions) where Reduce16 takes 4
+// levels (45) for 16, and each row's 4 consecutive keys leave in one 128-bit store. At head dim
+// 64 the lane sums and their scattered stores had been most of the dot's samples (perf
+// annotate, bf16 GQA-7). Alternated in one process from cache (ctx 4096, Zen 5, 2 rounds):
+// bf16 Qwen2-0.5B 14 / 2 at head dim 64 2-32% faster (16-key pages and contiguous), GQA-8 at
+// 128 8-10%, GQA-4 at 80 6%, at 128 1-14%; f32 14 / 2 12-16%, GQA-8 at 128 13-16%; from DRAM
+// in the slow memory mode within the noise either way (bench/RESULTS.md, twenty-third
+// session). A row is a whole number of halves for head dims that are multiples of 8 (f32) or
+// 16 (bf16 pairs): no masked tail.
+// The reduction: acc[p][kk] (row pair p, key kk) -> out[g·ostride + kk] · scale.
+template <int G>
+HWY_INLINE void StoreRowPairScores(const __m512 (&acc)[G / 2][32 / G], float scale,
+                                   float* HWY_RESTRICT out, int64_t ostride) {
+  static_assert(G == 4 || G == 8);
+  constexpr int NP = G / 2;
+  // Level 1: row pairs X, X + 1 of one key: quarters [row 2X, row 2X + 1, row 2X + 2, row 2X + 3]
+  // as 4-lane sums. Level 2: keys k, k + 1: each quarter [2 lanes of k, 2 of k + 1]. Level 3:
+  // keys k..k+3: quarter r holds row 2X + r's 4 keys. Result e: rows from 2X = 4·(e % (NP / 2)),
+  // keys from k0 = 4·(e / (NP / 2)).
+  const __m512 sc = _mm512_set1_ps(scale);
+#pragma GCC unroll 2
+  for (int e = 0; e < 2; ++e) {
+    const int X = 2 * (e % (NP / 2)), k0 = 4 * (e / (NP / 2));
+    __m512 c[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512 a = acc[X][k0 + j], b = acc[X + 1][k0 + j];
+      c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    __m512 d[2];
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j)
+      d[j] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * j], c[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_ps(c[2 * j], c[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 r =
+        _mm512_mul_ps(_mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1))),
+                      sc);
+    float* o = out + 2 * X * ostride + k0;
+    _mm_storeu_ps(o, _mm512_castps512_ps128(r));
+    _mm_storeu_ps(o + ostride, _mm512_extractf32x4_ps(r, 1));
+    _mm_storeu_ps(o + 2 * ostride, _mm512_extractf32x4_ps(r, 2));
+    _mm_storeu_ps(o + 3 * ostride, _mm512_extractf32x4_ps(r, 3));
+  }
+}
+
+// G rows of q (ld elements apart, H halves of 8 elements each: f32 features or u32 bf16 pairs)
+// into the row-pair layout: half i of rows 2p, 2p + 1 at qm + (p·H + i)·16.
+template <class T>
+void PackRowPairs(const T* q, int64_t ld, int64_t G, int64_t H, T* qm) {
+  for (int64_t p = 0; p < G / 2; ++p)
+    for (int64_t i = 0; i < H; ++i)
+      for (int r = 0; r < 2; ++r)
+        std::memcpy(qm + (p * H + i) * 16 + 8 * r, q + (2 * p + r) * ld + 8 * i, 8 * sizeof(T));
+}
+
+// f32 cache, 8 rows (row pairs, see StoreRowPairScores): D / 8 halves per key, 4 keys at once.
+// Only for 5-8 rows, which DotKeys sweeps across its keys too; up to kSeqMaxG rows it reads each
+// key row front to back, for the hardware prefetchers.
+HWY_INLINE void DotKeysF32RowPairs(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t D,
+                                   const float* HWY_RESTRICT qm, float* HWY_RESTRICT out,
+                                   int64_t ostride, int64_t pf) {
+  constexpr int NP = 4, KK = 4;
+  const int64_t H = D / 8;
+  __m512 acc[NP][KK];
+#pragma GCC unroll 16
+  for (int p = 0; p < NP; ++p)
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KK; ++kk) acc[p][kk] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < H; ++i) {
+    __m512 q[NP];
+#pragma GCC unroll 16
+    for (int p = 0; p < NP; ++p) q[p] = _mm512_loadu_ps(qm + (p * H + i) * 16);
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KK; ++kk) {
+      const float* k = reinterpret_cast<const float*>(row + kk * row_bytes) + 8 * i;
+      if ((i & 1) == 0) StreamAhead(k, pf);
+      const __m512 kv = _mm512_broadcast_f32x8(_mm256_loadu_ps(k));
+#pragma GCC unroll 16
+      for (int p = 0; p < NP; ++p) acc[p][kk] = _mm512_fmadd_ps(q[p], kv, acc[p][kk]);
+    }
+  }
+  StoreRowPairScores<8>(acc, 1.0f, out, ostride);
+}
+
+// Scores of n key rows against 8 f32 query rows: qm in row pairs, qs (Dp apart) for the last
+// n % 4 keys.
+HWY_NOINLINE void DotSpanF32RowPairs(const char* row, int64_t row_bytes, int64_t n, int64_t D,
+                                     int64_t Dp, const float* qm, const float* qs, float* out,
+                                     int64_t ostride, int64_t pf) {
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4)
+    DotKeysF32RowPairs(row + t * row_bytes, row_bytes, D, qm, out + t, ostride, pf);
+  for (; t < n; ++t)
+    DotKeys<float, 8, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride, pf);
+}
+#endif
+
 // Scores of n consecutive key rows against G query rows.
 template <class TK, int G>
 HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t D, int64_t Dp,
@@ -459,6 +564,55 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t ro
     DotKeysBf16Dp<G, KK, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
                                 ostride, pf);
   }
+  for (; t < n; ++t)
+    DotKeysBf16Dp<G, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
+                               ostride, pf);
+}
+
+// bf16 pairs in row pairs (StoreRowPairScores), 4 or 8 rows (G): D / 16 halves of 8 pairs per
+// key, 32 / G keys at once.
+template <int G>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowPairs(const char* HWY_RESTRICT row,
+                                                         int64_t row_bytes, int64_t D,
+                                                         const uint32_t* HWY_RESTRICT qm,
+                                                         float qscale, float* HWY_RESTRICT out,
+                                                         int64_t ostride, int64_t pf) {
+  constexpr int NP = G / 2, KK = 32 / G;
+  const int64_t H = D / 16;
+  __m512 acc[NP][KK];
+#pragma GCC unroll 16
+  for (int p = 0; p < NP; ++p)
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KK; ++kk) acc[p][kk] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < H; ++i) {
+    __m512bh q[NP];
+#pragma GCC unroll 16
+    for (int p = 0; p < NP; ++p) q[p] = (__m512bh)_mm512_loadu_si512(qm + (p * H + i) * 16);
+#pragma GCC unroll 16
+    for (int kk = 0; kk < KK; ++kk) {
+      const char* k = row + kk * row_bytes + 32 * i;
+      if ((i & 1) == 0) StreamAhead(k, pf);
+      const __m512bh kv =
+          (__m512bh)_mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k)));
+#pragma GCC unroll 16
+      for (int p = 0; p < NP; ++p) acc[p][kk] = _mm512_dpbf16_ps(acc[p][kk], q[p], kv);
+    }
+  }
+  StoreRowPairScores<G>(acc, qscale, out, ostride);
+}
+
+// Scores of n key rows against 4 or 8 bf16 query rows: qm in row pairs, q2 (rows ldq2 apart)
+// for the last n % (32 / G) keys.
+template <int G, bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowPairs(const char* row, int64_t row_bytes,
+                                                           int64_t n, int64_t D, const uint32_t* qm,
+                                                           const uint32_t* q2, int64_t ldq2,
+                                                           float qscale, float* out,
+                                                           int64_t ostride, int64_t pf) {
+  constexpr int KK = 32 / G;
+  int64_t t = 0;
+  for (; t + KK <= n; t += KK)
+    DotKeysBf16RowPairs<G>(row + t * row_bytes, row_bytes, D, qm, qscale, out + t, ostride, pf);
   for (; t < n; ++t)
     DotKeysBf16Dp<G, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
                                ostride, pf);
@@ -1174,12 +1328,16 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPagesPairs(const PvSpan* sp, int64_t ns, 
                                                   int64_t ldp, float* os, int64_t ostride) {
   constexpr int GB = std::max(1, std::min(G, 8 / XB)), kFull = G / GB, kRest = G % GB;
   const int64_t npass = X / XB * (kFull + (kRest > 0));
-  RowsAhead ra[kMaxPvSpans];
+  // Only ra[0, nra) is made: an array of RowsAhead (default member initializers) had zeroed
+  // kMaxPvSpans entries per call, a `rep stos` and a loop that took 13% of this function's
+  // samples (Qwen2-0.5B's 14 / 2 heads in 16-token pages, bf16 from cache).
+  alignas(RowsAhead) unsigned char ra_bytes[kMaxPvSpans * sizeof(RowsAhead)];
+  RowsAhead* ra = reinterpret_cast<RowsAhead*>(ra_bytes);
   const int64_t nra = std::min(ns, nnx);
   for (int64_t i = 0; i < nra; ++i) {
     // A single pass asks for the next span too: elsewhere it asks by StreamAhead, whose fixed
     // distance points past a page.
-    ra[i] = RowsAhead(nx[i].row + nhoff, nx[i].n, npass, (sp[i].n + 1) / 2, X);
+    new (ra + i) RowsAhead(nx[i].row + nhoff, nx[i].n, npass, (sp[i].n + 1) / 2, X);
     ra[i].next = nx[i].row + nhoff;
   }
   constexpr int kPassLines = std::max(1, 2 * XB / (kFull + (kRest > 0)));  // as PvPairs
@@ -1929,6 +2087,19 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // lanes: head hh's Gd lanes of q2t at q2 + hh·(D / 2)·Gd (f32: of qt at sc.qs + hh·D·Gd), of
   // Sᵀ at sc.s + hh·Gd·kDecodeSub, of Oᵀ (f32) at ot + hh·Dv·Gd.
   const int64_t Gd = wide ? WideLanes(G) : DotRowsFor(G);
+  // The dots in row pairs (StoreRowPairScores), q in that layout: bf16 pairs of 4 or 8 rows at
+  // qm (the second half of sc.qs, which q2's kDecodeTaskRows rows leave free); f32 at 8 rows at
+  // qmf (the bf16 weights' scratch, which an f32 cache's P·V does not use: nh·8·D floats, at
+  // most kDecodeTaskRows·256).
+  const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
+  const bool pairs_f32 =
+      TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 && D % 8 == 0;
+  uint32_t* qm = q2 + kDecodeTaskRows * ldq2;
+  float* qmf = reinterpret_cast<float*>(sc.pb);
+  (void)pairs_dp;
+  (void)pairs_f32;
+  (void)qm;
+  (void)qmf;
   float* ot = reinterpret_cast<float*>(sc.pb);  // DecodeWide: nh·Dv·Gd <= 32·256 floats
   if (wide_f32) {
     std::fill(sc.qs, sc.qs + nh * D * Gd, 0.0f);
@@ -1961,7 +2132,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       std::fill(pr + 2, pr + 2 + Dvp, 0.0f);
     }
   }
+#if TBOOST_DECODE_REDUCE16
+  if (pairs_f32)
+    for (int64_t hh = 0; hh < nh; ++hh)
+      PackRowPairs(sc.qs + hh * 8 * Dp, Dp, 8, D / 8, qmf + hh * 8 * D);
+#endif
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+  if (pairs_dp)
+    for (int64_t hh = 0; hh < nh; ++hh)
+      PackRowPairs(q2 + hh * Gd * ldq2, ldq2, Gd, D / 16, qm + hh * Gd * D / 2);
   if (wide && !wide_f32)
     for (int64_t hh = 0; hh < nh; ++hh) PackQ2T(rows + hh * G, G, D, q2 + hh * D / 2 * Gd);
   if (amx) {
@@ -2049,10 +2228,30 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
             AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * AmxCols(G), G, qscale, out,
                       kDecodeSub, sc.ct, pf);
           }
+          if (pairs_dp) {
+            const uint32_t* qh = qm + hh * Gd * D / 2;
+            const uint32_t* qr = q2 + hh * Gd * ldq2;
+            if (Gd == 8)
+              (D % 32 ? DotSpanBf16RowPairs<8, true>
+                      : DotSpanBf16RowPairs<8, false>)(hrow, kr.row_bytes, n, D, qh, qr, ldq2,
+                                                       qscale, out, kDecodeSub, pf);
+            else
+              (D % 32 ? DotSpanBf16RowPairs<4, true>
+                      : DotSpanBf16RowPairs<4, false>)(hrow, kr.row_bytes, n, D, qh, qr, ldq2,
+                                                       qscale, out, kDecodeSub, pf);
+            continue;
+          }
           for (int64_t r = 0; t < n && r < Gd; r += kMaxDecodeRows)  // AMX: up to 16 rows
             dp_dots[PairFn(D, std::min(kMaxDecodeRows, Gd - r))](
                 hrow + t * kr.row_bytes, kr.row_bytes, n - t, D, q2 + (hh * Gd + r) * ldq2, ldq2,
                 qscale, out + r * kDecodeSub + t, kDecodeSub, pf);
+          continue;
+        }
+#endif
+#if TBOOST_DECODE_REDUCE16
+        if (pairs_f32) {
+          DotSpanF32RowPairs(hrow, kr.row_bytes, n, D, Dp, qmf + hh * 8 * D, sc.qs + hh * 8 * Dp,
+                             out, kDecodeSub, pf);
           continue;
         }
 #endif
