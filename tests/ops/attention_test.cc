@@ -1120,6 +1120,9 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.ctx = {700, 6}, .Sq = 1, .Hq = 14, .Hkv = 2, .D = 40, .block_size = 7, .threads = 2});
   add({.ctx = {1100, 3}, .Sq = 1, .Hq = 8, .Hkv = 1, .D = 72, .block_size = 1100, .paged = false,
        .threads = 2});
+  // Head dim 320 at 4 kv heads per task: the f32 row pairs' q would not fit their scratch, so
+  // these take the dots of one row per accumulator.
+  add({.ctx = {4100}, .Sq = 1, .Hq = 32, .Hkv = 4, .D = 320, .block_size = 16, .threads = 2});
   add({.ctx = {300, 3}, .Sq = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 40, .block_size = 5});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {500, 7}, .Sq = 1, .Hq = 6, .Hkv = 1,
        .D = 48, .block_size = 5, .threads = 2});

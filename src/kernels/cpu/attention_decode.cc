@@ -2089,11 +2089,12 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const int64_t Gd = wide ? WideLanes(G) : DotRowsFor(G);
   // The dots in row pairs (StoreRowPairScores), q in that layout: bf16 pairs of 4 or 8 rows at
   // qm (the second half of sc.qs, which q2's kDecodeTaskRows rows leave free); f32 at 8 rows at
-  // qmf (the bf16 weights' scratch, which an f32 cache's P·V does not use: nh·8·D floats, at
-  // most kDecodeTaskRows·256).
+  // qmf (the bf16 weights' scratch, which an f32 cache's P·V does not use) where its nh·8·D
+  // floats fit there (head dims up to 256 at 4 heads per task; no head dim is bounded above).
   const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
   const bool pairs_f32 =
-      TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 && D % 8 == 0;
+      TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 && D % 8 == 0 &&
+      nh * 8 * D * sizeof(float) <= kDecodeTaskRows * kDecodeSub * sizeof(uint16_t);
   uint32_t* qm = q2 + kDecodeTaskRows * ldq2;
   float* qmf = reinterpret_cast<float*>(sc.pb);
   (void)pairs_dp;
