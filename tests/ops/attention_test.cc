@@ -1115,21 +1115,27 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 112, .block_size = 16, .threads = 2});
   // The dots in row pairs (4 or 8 rows, 32 / rows keys at once, the last keys of a span one by
   // one): f32 caches at 5-8 rows with head dims of an odd count of 8-feature halves (40, 72) in
-  // 7-key pages and on a contiguous cache; bf16 pairs at 6 rows and head dim 48 in 5-key pages,
-  // 4 rows at head dim 16 (one half), 8 rows of 2 tokens at 144.
+  // 7-key pages and on a contiguous cache, 6 rows (3 tokens x 2 heads) in 5-key pages, 5 rows;
+  // bf16 pairs at 6 rows and head dim 48 in 5-key pages, 4 rows at head dim 16 (one half), 8
+  // rows of 2 tokens at 144.
   add({.ctx = {700, 6}, .Sq = 1, .Hq = 14, .Hkv = 2, .D = 40, .block_size = 7, .threads = 2});
   add({.ctx = {1100, 3}, .Sq = 1, .Hq = 8, .Hkv = 1, .D = 72, .block_size = 1100, .paged = false,
        .threads = 2});
-  // Head dim 320 at 4 kv heads per task: the f32 row pairs' q would not fit their scratch, so
-  // these take the dots of one row per accumulator.
-  add({.ctx = {4100}, .Sq = 1, .Hq = 32, .Hkv = 4, .D = 320, .block_size = 16, .threads = 2});
   add({.ctx = {300, 3}, .Sq = 3, .Hq = 2, .Hkv = 1, .D = 64, .Dv = 40, .block_size = 5});
+  add({.ctx = {500, 9}, .Sq = 1, .Hq = 10, .Hkv = 2, .D = 64, .block_size = 7, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {500, 7}, .Sq = 1, .Hq = 6, .Hkv = 1,
        .D = 48, .block_size = 5, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {333}, .Sq = 1, .Hq = 8, .Hkv = 2, .D = 16,
        .block_size = 16});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {800, 31}, .Sq = 2, .Hq = 8, .Hkv = 2,
        .D = 144, .block_size = 800, .paged = false, .threads = 2});
+  // The same with 4 kv heads per task (enough 512-key chunks: 9): f32 at 8 rows and head dim 256
+  // (the packed q fills its scratch exactly), f32 at head dim 320 (it would not fit, so the dots
+  // of one row per accumulator), bf16 at 4 rows and head dim 64 (8 keys at once).
+  add({.ctx = {4100}, .Sq = 1, .Hq = 32, .Hkv = 4, .D = 256, .block_size = 16, .threads = 2});
+  add({.ctx = {4100}, .Sq = 1, .Hq = 32, .Hkv = 4, .D = 320, .block_size = 16, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {4100}, .Sq = 1, .Hq = 16, .Hkv = 4,
+       .D = 64, .block_size = 16, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)

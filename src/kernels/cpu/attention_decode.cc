@@ -31,10 +31,11 @@ namespace tboost::kernels::HWY_NAMESPACE {
 // ---- decode -------------------------------------------------------------------------------
 
 struct DecodeScratch {
-  float* qs;     // G x Dp
+  float* qs;     // G x Dp (bf16 pairs: G x Dp / 2 u32, then q in row pairs, PackRowPairs)
   float* s;      // G x kDecodeSub
   float* row;    // max(D, Dv)
-  uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp)
+  uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp); an f32 cache's
+                 // q in row pairs (DotSpanF32RowPairs) where it fits
   // AMX (AmxScores, AmxPv, AmxPvRows; AVX-512 objects only):
   uint32_t* q2t;  // per head D/2 x AmxCols(G): its query rows as pair columns (256 columns)
   float* ct;      // 16 x AmxCols(G): scores of 16 keys (rows) for the query columns
@@ -2090,7 +2091,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // The dots in row pairs (StoreRowPairScores), q in that layout: bf16 pairs of 4 or 8 rows at
   // qm (the second half of sc.qs, which q2's kDecodeTaskRows rows leave free); f32 at 8 rows at
   // qmf (the bf16 weights' scratch, which an f32 cache's P·V does not use) where its nh·8·D
-  // floats fit there (head dims up to 256 at 4 heads per task; no head dim is bounded above).
+  // floats fit there: nh·D <= 1024 (head dim 256 at 4 heads per task; the ops take any head dim).
   const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
   const bool pairs_f32 =
       TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 && D % 8 == 0 &&
