@@ -1073,33 +1073,45 @@ constexpr int64_t PvBlockKeys(int64_t Dv) {
 // GB x XB accumulators acc (see PvPass). kHalf: chunk x0 + XB - 1 is the last half one (16
 // features, an odd multiple of 16 in Dv), loaded masked: its pairs past Dv are zeros, so the
 // padded outputs (DecodeDvp) stay zero, and nothing past a row is read.
-template <int GB, int XB, int kPassLines, bool kHalf>
+// kIl: the pairs come interleaved already (InterleavePairs; row: pair 0's chunk 0, il_stride:
+// the pairs' stride), as lo and hi of each chunk.
+template <int GB, int XB, int kPassLines, bool kHalf, bool kIl = false>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvSteps(PvLanes (&acc)[GB][XB], const char* HWY_RESTRICT row,
                                              int64_t row_bytes, int64_t nkeys, int64_t x0,
                                              const uint16_t* HWY_RESTRICT pb, int64_t pgs,
                                              int64_t pqs, bool stream, int64_t pf,
-                                             const PassAhead<kPassLines>& pa) {
+                                             const PassAhead<kPassLines>& pa,
+                                             int64_t il_stride = 0) {
   const int64_t steps = (nkeys + 1) / 2;
   auto load = [](const char* p, int xb) HWY_ATTR {
     return kHalf && xb == XB - 1 ? _mm512_maskz_loadu_epi16(0xFFFF, p) : _mm512_loadu_epi16(p);
   };
   for (int64_t q = 0; q < steps; ++q) {
     const bool single = 2 * q + 1 == nkeys;
-    const char* r0 = row + 2 * q * row_bytes;
-    const char* r1 = single ? r0 : r0 + row_bytes;
     // Loaded as 16-bit lanes, the unpacks' own type: through _mm512_loadu_si512 GCC stored
     // each vector to the stack and unpacked it from there.
     __m512i a[XB], b[XB];
     pa.At(q);
+    if constexpr (kIl) {
+      const char* il = row + q * il_stride;
 #pragma GCC unroll 16
-    for (int xb = 0; xb < XB; ++xb) {
-      if (stream) StreamAhead(r0 + (x0 + xb) * 64, pf);
-      a[xb] = load(r0 + (x0 + xb) * 64, xb);
-    }
+      for (int xb = 0; xb < XB; ++xb) {
+        a[xb] = _mm512_load_si512(il + (x0 + xb) * 128);
+        b[xb] = _mm512_load_si512(il + (x0 + xb) * 128 + 64);
+      }
+    } else {
+      const char* r0 = row + 2 * q * row_bytes;
+      const char* r1 = single ? r0 : r0 + row_bytes;
 #pragma GCC unroll 16
-    for (int xb = 0; xb < XB; ++xb) {
-      if (stream) StreamAhead(r1 + (x0 + xb) * 64, pf);
-      b[xb] = load(r1 + (x0 + xb) * 64, xb);
+      for (int xb = 0; xb < XB; ++xb) {
+        if (stream) StreamAhead(r0 + (x0 + xb) * 64, pf);
+        a[xb] = load(r0 + (x0 + xb) * 64, xb);
+      }
+#pragma GCC unroll 16
+      for (int xb = 0; xb < XB; ++xb) {
+        if (stream) StreamAhead(r1 + (x0 + xb) * 64, pf);
+        b[xb] = load(r1 + (x0 + xb) * 64, xb);
+      }
     }
     __m512bh pp[GB];
 #pragma GCC unroll 16
@@ -1111,8 +1123,8 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvSteps(PvLanes (&acc)[GB][XB], const char*
     }
 #pragma GCC unroll 16
     for (int xb = 0; xb < XB; ++xb) {
-      const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a[xb], b[xb]);
-      const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(a[xb], b[xb]);
+      const __m512bh lo = kIl ? (__m512bh)a[xb] : (__m512bh)_mm512_unpacklo_epi16(a[xb], b[xb]);
+      const __m512bh hi = kIl ? (__m512bh)b[xb] : (__m512bh)_mm512_unpackhi_epi16(a[xb], b[xb]);
 #pragma GCC unroll 16
       for (int g = 0; g < GB; ++g) {
         acc[g][xb].lo = _mm512_dpbf16_ps(acc[g][xb].lo, pp[g], lo);
@@ -1147,8 +1159,10 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvStoreAcc(const PvLanes (&acc)[GB][XB], fl
     }
 }
 
-// One pass of PvPairs over the chunks [x0, x0 + XB) (see PvPass and PvSteps).
-template <int GB, int XB, int kPassLines, bool kHalf>
+// One pass of PvPairs over the chunks [x0, x0 + XB) (see PvPass and PvSteps). kIl: row holds
+// the block's pairs interleaved (InterleavePairs); row_bytes stays the value rows' stride, for
+// the requests of the next block (PassAhead).
+template <int GB, int XB, int kPassLines, bool kHalf, bool kIl = false>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassChunks(const char* HWY_RESTRICT row, int64_t row_bytes,
                                                   int64_t nkeys, int64_t X, int64_t x0,
                                                   const uint16_t* HWY_RESTRICT pb, int64_t pgs,
@@ -1158,7 +1172,8 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassChunks(const char* HWY_RESTRICT row, 
   const PassAhead<kPassLines> pa(ahead, ip0 + x0 / XB, (nkeys + 1) / 2, 2, X, row_bytes);
   PvLanes acc[GB][XB];
   PvLoadAcc<GB, XB>(acc, os, ostride, x0);
-  PvSteps<GB, XB, kPassLines, kHalf>(acc, row, row_bytes, nkeys, x0, pb, pgs, pqs, stream, pf, pa);
+  PvSteps<GB, XB, kPassLines, kHalf, kIl>(acc, row, row_bytes, nkeys, x0, pb, pgs, pqs, stream, pf,
+                                          pa, X * 128);
   PvStoreAcc<GB, XB>(acc, os, ostride, x0);
 }
 
@@ -1169,7 +1184,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassChunks(const char* HWY_RESTRICT row, 
 // at pb + g·pgs + q·pqs: rows of weights (pgs = ldp, pqs = 2) or pairs in lanes (pgs = 2, pqs =
 // 2 · lanes; AxpySpanWide). X chunks of 32 features, the last a half one where kHalf (a
 // compile-time flag, so that the head dims of whole chunks run the code they ran before).
-template <int GB, int XB, int kPassLines, bool kHalf>
+template <int GB, int XB, int kPassLines, bool kHalf, bool kIl = false>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_t row_bytes,
                                             int64_t nkeys, int64_t X,
                                             const uint16_t* HWY_RESTRICT pb, int64_t pgs,
@@ -1179,11 +1194,11 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPass(const char* HWY_RESTRICT row, int64_
   const bool stream = lead && ahead.npass == 1;
   const int64_t Xw = kHalf ? X - XB : X;  // passes of whole chunks only
   for (int64_t x0 = 0; x0 < Xw; x0 += XB)
-    PvPassChunks<GB, XB, kPassLines, false>(row, row_bytes, nkeys, X, x0, pb, pgs, pqs, os, ostride,
-                                            stream, pf, ahead, ip0);
+    PvPassChunks<GB, XB, kPassLines, false, kIl>(row, row_bytes, nkeys, X, x0, pb, pgs, pqs, os,
+                                                 ostride, stream, pf, ahead, ip0);
   if constexpr (kHalf)
-    PvPassChunks<GB, XB, kPassLines, true>(row, row_bytes, nkeys, X, Xw, pb, pgs, pqs, os, ostride,
-                                           stream, pf, ahead, ip0);
+    PvPassChunks<GB, XB, kPassLines, true, kIl>(row, row_bytes, nkeys, X, Xw, pb, pgs, pqs, os,
+                                                ostride, stream, pf, ahead, ip0);
 }
 
 // os[g·ostride + :] (lane order) += sum over value rows t < nkeys (row_bytes apart), in pairs
@@ -1796,20 +1811,55 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void PairsInLanes(const float* st, int64_t n, 
 
 // PvPairs over G rows (a run-time count) whose weight pairs lie in lanes, pqs u16 apart per
 // pair of keys: G / GB passes of GB rows, then one of the rest; RowsAhead spread over them all.
-template <int XB, bool kHalf, int R = 1>
+template <int XB, bool kHalf, bool kIl, int R = 1>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPassRest(int64_t rest, const char* row, int64_t row_bytes,
                                                 int64_t nkeys, int64_t X, const uint16_t* pb,
                                                 int64_t pqs, float* os, int64_t ostride,
                                                 const RowsAhead& ahead, int64_t ip0) {
   if constexpr (R < 8 / XB) {
     if (rest == R)
-      PvPass<R, XB, 0, kHalf>(row, row_bytes, nkeys, X, pb, 2, pqs, os, ostride, false, 0, ahead,
-                              ip0);
+      PvPass<R, XB, 0, kHalf, kIl>(row, row_bytes, nkeys, X, pb, 2, pqs, os, ostride, false, 0,
+                                   ahead, ip0);
     else
-      PvPassRest<XB, kHalf, R + 1>(rest, row, row_bytes, nkeys, X, pb, pqs, os, ostride, ahead,
-                                   ip0);
+      PvPassRest<XB, kHalf, kIl, R + 1>(rest, row, row_bytes, nkeys, X, pb, pqs, os, ostride, ahead,
+                                        ip0);
   }
 }
+
+// Pairs of value rows per block of the pair P·V (PvBlockKeys / 2 at most) and the bytes of
+// their interleaved chunks (InterleavePairs) that a block of rows in lanes keeps on the stack.
+constexpr int64_t kIlBytes = 16 << 10;
+
+// The nkeys value rows of a block as pairs, interleaved once for all of PvPairsWide's passes:
+// pair q's chunk x at il + (q·X + x)·128 bytes (the unpacklo, then the unpackhi of PvSteps). An
+// odd last row pairs with itself (its weight pair is (w, 0)); a half last chunk (kHalf) is
+// loaded masked, so its upper lanes are zero.
+template <bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_INLINE void InterleavePairs(const char* HWY_RESTRICT row,
+                                                     int64_t row_bytes, int64_t nkeys, int64_t X,
+                                                     char* HWY_RESTRICT il) {
+  const int64_t steps = (nkeys + 1) / 2;
+  for (int64_t q = 0; q < steps; ++q) {
+    const char* r0 = row + 2 * q * row_bytes;
+    const char* r1 = 2 * q + 1 == nkeys ? r0 : r0 + row_bytes;
+    for (int64_t x = 0; x < X; ++x) {
+      const bool h = kHalf && x == X - 1;
+      const __m512i a =
+          h ? _mm512_maskz_loadu_epi16(0xFFFF, r0 + x * 64) : _mm512_loadu_epi16(r0 + x * 64);
+      const __m512i b =
+          h ? _mm512_maskz_loadu_epi16(0xFFFF, r1 + x * 64) : _mm512_loadu_epi16(r1 + x * 64);
+      char* o = il + (q * X + x) * 128;
+      _mm512_store_si512(o, _mm512_unpacklo_epi16(a, b));
+      _mm512_store_si512(o + 64, _mm512_unpackhi_epi16(a, b));
+    }
+  }
+}
+
+// Rows in lanes take more than one group of rows per block (GB each): each group's passes had
+// interleaved the block's value rows again, 2·X unpacks per pair of keys and group, and the
+// unpacks, not the products, bound the P·V (MQA at head dim 128: 8 groups). Where there are
+// two or more groups and the block's pairs fit kIlBytes, the rows are interleaved once
+// (InterleavePairs) and every pass loads them from there.
 template <int XB, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairsWide(const char* row, int64_t row_bytes, int64_t nkeys,
                                                  int64_t X, const uint16_t* pb, int64_t pqs,
@@ -1818,12 +1868,24 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairsWide(const char* row, int64_t row_by
   constexpr int GB = 8 / XB;
   const int64_t full = G / GB, rest = G % GB, per = X / XB;
   const RowsAhead ahead(next, next_rows, per * (full + (rest > 0)), (nkeys + 1) / 2, X);
+  const int64_t il_bytes = (nkeys + 1) / 2 * X * 128;
+  if (full + (rest > 0) >= 2 && il_bytes <= kIlBytes) {
+    alignas(64) char il[kIlBytes];
+    InterleavePairs<kHalf>(row, row_bytes, nkeys, X, il);
+    for (int64_t i = 0; i < full; ++i)
+      PvPass<GB, XB, 0, kHalf, true>(il, row_bytes, nkeys, X, pb + i * GB * 2, 2, pqs,
+                                     os + i * GB * ostride, ostride, false, 0, ahead, i * per);
+    if (rest > 0)
+      PvPassRest<XB, kHalf, true>(rest, il, row_bytes, nkeys, X, pb + full * GB * 2, pqs,
+                                  os + full * GB * ostride, ostride, ahead, full * per);
+    return;
+  }
   for (int64_t i = 0; i < full; ++i)
     PvPass<GB, XB, 0, kHalf>(row, row_bytes, nkeys, X, pb + i * GB * 2, 2, pqs,
                              os + i * GB * ostride, ostride, false, 0, ahead, i * per);
   if (rest > 0)
-    PvPassRest<XB, kHalf>(rest, row, row_bytes, nkeys, X, pb + full * GB * 2, pqs,
-                          os + full * GB * ostride, ostride, ahead, full * per);
+    PvPassRest<XB, kHalf, false>(rest, row, row_bytes, nkeys, X, pb + full * GB * 2, pqs,
+                                 os + full * GB * ostride, ostride, ahead, full * per);
 }
 
 // O (lane order) += P · V for a span's n value rows, G rows with their weight pairs in lanes
