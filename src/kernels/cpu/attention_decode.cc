@@ -2462,26 +2462,26 @@ void Finish(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, float M, fl
 }
 
 // The partials of chunks [c_begin, c_end) of sequence b, kv head kvh, merged by log-sum-exp and
-// finished, for each of the head group's query rows. out, tmp: Dv floats of scratch each.
+// finished, for the query rows of the group's q head hl (one per token). out, tmp: Dv floats of
+// scratch each.
 void MergeChunks(const AttentionArgs& a, const float* parts, int64_t Gmax, int64_t P, int64_t b,
-                 int64_t kvh, int64_t c_begin, int64_t c_end, float* out, float* tmp) {
+                 int64_t kvh, int64_t hl, int64_t c_begin, int64_t c_end, float* out, float* tmp) {
   const int64_t g = Group(a), Dv = a.v_head_dim, sq = SeqOf(a, b).sq;
-  for (int64_t hl = 0; hl < g; ++hl)
-    for (int64_t i = 0; i < sq; ++i) {
-      const int64_t r = hl * sq + i;
-      auto part = [&](int64_t c) { return parts + ((c * a.kv_heads + kvh) * Gmax + r) * P; };
-      float M = kNegInf, L = 0.0f;
-      for (int64_t c = c_begin; c < c_end; ++c) M = std::max(M, part(c)[0]);
-      std::fill(out, out + Dv, 0.0f);
-      for (int64_t c = c_begin; c < c_end && M != kNegInf; ++c) {
-        const float* pr = part(c);
-        if (pr[0] == kNegInf) continue;
-        const float w = std::exp2(pr[0] - M);
-        L += pr[1] * w;
-        for (int64_t x = 0; x < Dv; ++x) out[x] += pr[2 + x] * w;
-      }
-      Finish(a, b, kvh * g + hl, i, M, L, out, tmp);
+  for (int64_t i = 0; i < sq; ++i) {
+    const int64_t r = hl * sq + i;
+    auto part = [&](int64_t c) { return parts + ((c * a.kv_heads + kvh) * Gmax + r) * P; };
+    float M = kNegInf, L = 0.0f;
+    for (int64_t c = c_begin; c < c_end; ++c) M = std::max(M, part(c)[0]);
+    std::fill(out, out + Dv, 0.0f);
+    for (int64_t c = c_begin; c < c_end && M != kNegInf; ++c) {
+      const float* pr = part(c);
+      if (pr[0] == kNegInf) continue;
+      const float w = std::exp2(pr[0] - M);
+      L += pr[1] * w;
+      for (int64_t x = 0; x < Dv; ++x) out[x] += pr[2 + x] * w;
     }
+    Finish(a, b, kvh * g + hl, i, M, L, out, tmp);
+  }
 }
 
 // Keys per chunk for the call (see kDecodeChunkMax): from the shapes only.
@@ -2664,19 +2664,21 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
         Finish(a, b, (kvh0 + hh) * g + r / s.sq, r % s.sq, pr[0], pr[1], pr + 2, sc.row);
       }
   });
-  // Merge the chunks of each (sequence, kv head) by log-sum-exp.
+  // Merge the chunks of each (sequence, q head) by log-sum-exp: units of one q head, so that a
+  // batch of one sequence with one kv head (MQA) still splits its merge across the threads
+  // (per kv head, one thread had merged all 32 rows while the other waited).
   std::vector<int64_t> multi;  // (sequence, kv head) pairs of sequences of several chunks
   for (int64_t b = 0; b < a.batch; ++b)
     if (first[static_cast<size_t>(b) + 1] - first[static_cast<size_t>(b)] > 1)
       for (int64_t kvh = 0; kvh < a.kv_heads; ++kvh) multi.push_back(b * a.kv_heads + kvh);
-  parallel_for(a.threads, static_cast<int64_t>(multi.size()), 1, a.ftz,
-               [&](int64_t m0, int64_t m1) {
+  parallel_for(a.threads, static_cast<int64_t>(multi.size()) * g, 1, a.ftz,
+               [&](int64_t u0, int64_t u1) {
                  std::vector<float> out(static_cast<size_t>(Dvp)), tmp(static_cast<size_t>(Dvp));
-                 for (int64_t m = m0; m < m1; ++m) {
-                   const int64_t bk = multi[static_cast<size_t>(m)], b = bk / a.kv_heads;
+                 for (int64_t u = u0; u < u1; ++u) {
+                   const int64_t bk = multi[static_cast<size_t>(u / g)], b = bk / a.kv_heads;
                    const size_t fb = static_cast<size_t>(b);
-                   MergeChunks(a, parts, Gmax, P, b, bk % a.kv_heads, first[fb], first[fb + 1],
-                               out.data(), tmp.data());
+                   MergeChunks(a, parts, Gmax, P, b, bk % a.kv_heads, u % g, first[fb],
+                               first[fb + 1], out.data(), tmp.data());
                  }
                });
 }
