@@ -360,13 +360,13 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
 // accumulators reduce in 3 shuffle levels to 32 scores (42 instructions) where Reduce16 takes 4
 // levels (45) for 16, and each row's 4 consecutive keys leave in one 128-bit store. At head dim
 // 64 the lane sums and their scattered stores had been most of the dot's samples (perf
-// annotate, bf16 GQA-7). Alternated in one process from cache (ctx 4096, Zen 5, 2 rounds):
-// bf16 Qwen2-0.5B 14 / 2 at head dim 64 2-32% faster (16-key pages and contiguous), GQA-8 at
-// 128 8-10%, GQA-4 at 80 6%, at 128 1-14%; f32 14 / 2 12-16%, GQA-8 at 128 13-16%; from DRAM
-// in the slow memory mode within the noise either way (bench/RESULTS.md, twenty-third
-// session). A row is a whole number of halves for head dims that are multiples of 8 (f32) or
-// 16 (bf16 pairs): no masked tail.
-// The reduction: acc[p][kk] (row pair p, key kk) -> out[g·ostride + kk] · scale.
+// annotate, bf16 GQA-7). Alternated in one process from cache (ctx 4096, Zen 5, 2-5 rounds):
+// bf16 Qwen2-0.5B 14 / 2 at head dim 64 13-47% faster in 16-key pages, 2-28% contiguous,
+// GQA-8 at 128 9-14%, GQA-4 at 80 7-9%, at 128 -4 to +17%; f32 14 / 2 13-17%, GQA-8 at 128
+// 15-19%; from DRAM in the slow memory mode within the noise either way (bench/RESULTS.md,
+// twenty-third session). A row is a whole number of halves for head dims that are multiples of 8
+// (f32) or 16 (bf16 pairs): no masked tail. The reduction: acc[p][kk] (row pair p, key kk) ->
+// out[g·ostride + kk] · scale.
 template <int G>
 HWY_INLINE void StoreRowPairScores(const __m512 (&acc)[G / 2][32 / G], float scale,
                                    float* HWY_RESTRICT out, int64_t ostride) {
@@ -1074,7 +1074,8 @@ constexpr int64_t PvBlockKeys(int64_t Dv) {
 // features, an odd multiple of 16 in Dv), loaded masked: its pairs past Dv are zeros, so the
 // padded outputs (DecodeDvp) stay zero, and nothing past a row is read.
 // kIl: the pairs come interleaved already (InterleavePairs; row: pair 0's chunk 0, il_stride:
-// the pairs' stride), as lo and hi of each chunk.
+// the pairs' stride), as lo and hi of each chunk; kHalf is then unused (InterleavePairs masked a
+// half last chunk).
 template <int GB, int XB, int kPassLines, bool kHalf, bool kIl = false>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvSteps(PvLanes (&acc)[GB][XB], const char* HWY_RESTRICT row,
                                              int64_t row_bytes, int64_t nkeys, int64_t x0,
@@ -1870,13 +1871,14 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairsWide(const char* row, int64_t row_by
   const RowsAhead ahead(next, next_rows, per * (full + (rest > 0)), (nkeys + 1) / 2, X);
   const int64_t il_bytes = (nkeys + 1) / 2 * X * 128;
   if (full + (rest > 0) >= 2 && il_bytes <= kIlBytes) {
+    // The interleave masks a half last chunk; the passes then treat every chunk alike.
     alignas(64) char il[kIlBytes];
     InterleavePairs<kHalf>(row, row_bytes, nkeys, X, il);
     for (int64_t i = 0; i < full; ++i)
-      PvPass<GB, XB, 0, kHalf, true>(il, row_bytes, nkeys, X, pb + i * GB * 2, 2, pqs,
+      PvPass<GB, XB, 0, false, true>(il, row_bytes, nkeys, X, pb + i * GB * 2, 2, pqs,
                                      os + i * GB * ostride, ostride, false, 0, ahead, i * per);
     if (rest > 0)
-      PvPassRest<XB, kHalf, true>(rest, il, row_bytes, nkeys, X, pb + full * GB * 2, pqs,
+      PvPassRest<XB, false, true>(rest, il, row_bytes, nkeys, X, pb + full * GB * 2, pqs,
                                   os + full * GB * ostride, ostride, ahead, full * per);
     return;
   }
@@ -2150,21 +2152,22 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // lanes: head hh's Gd lanes of q2t at q2 + hh·(D / 2)·Gd (f32: of qt at sc.qs + hh·D·Gd), of
   // Sᵀ at sc.s + hh·Gd·kDecodeSub, of Oᵀ (f32) at ot + hh·Dv·Gd.
   const int64_t Gd = wide ? WideLanes(G) : DotRowsFor(G);
+  float* ot = reinterpret_cast<float*>(sc.pb);  // DecodeWide: nh·Dv·Gd <= 32·256 floats
   // The dots in row pairs (StoreRowPairScores), q in that layout: bf16 pairs of 4 or 8 rows at
   // qm (the second half of sc.qs, which q2's kDecodeTaskRows rows leave free); f32 at 8 rows at
-  // qmf (the bf16 weights' scratch, which an f32 cache's P·V does not use) where its nh·8·D
-  // floats fit there: nh·D <= 1024 (head dim 256 at 4 heads per task; the ops take any head dim).
+  // qmf (the bf16 weights' scratch, as ot, which only rows in lanes use, and which an f32
+  // cache's P·V does not use) where its nh·8·D floats fit there: nh·D <= 1024 (head dim 256 at
+  // 4 heads per task; the ops take any head dim).
   const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
   const bool pairs_f32 =
       TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 && D % 8 == 0 &&
       nh * 8 * D * sizeof(float) <= kDecodeTaskRows * kDecodeSub * sizeof(uint16_t);
   uint32_t* qm = q2 + kDecodeTaskRows * ldq2;
-  float* qmf = reinterpret_cast<float*>(sc.pb);
+  float* qmf = ot;
   (void)pairs_dp;
   (void)pairs_f32;
   (void)qm;
   (void)qmf;
-  float* ot = reinterpret_cast<float*>(sc.pb);  // DecodeWide: nh·Dv·Gd <= 32·256 floats
   if (wide_f32) {
     std::fill(sc.qs, sc.qs + nh * D * Gd, 0.0f);
     std::fill(ot, ot + nh * Dv * Gd, 0.0f);
