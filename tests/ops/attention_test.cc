@@ -1024,6 +1024,16 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.q_dtype = bf16, .ctx = {600}, .Sq = 1, .Hq = 18, .Hkv = 1, .D = 64, .block_size = 7});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {2000, 1500, 900}, .Sq = 1, .Hq = 24,
        .Hkv = 2, .D = 64, .threads = 2});
+  // f32 caches with 16 rows per kv head in lanes, the dots in feature pairs: an odd head dim
+  // (33: a last line of no whole pair, then the last feature alone) in 7-key pages with a
+  // window; head dim 100 (a last line of 2 pairs) over 2048-key chunks with a large scale; a
+  // bf16 q in 16-key pages.
+  add({.ctx = {1300, 9}, .Sq = 4, .Hq = 4, .Hkv = 1, .D = 33, .Dv = 40, .block_size = 7,
+       .wl = 900, .threads = 2});
+  add({.ctx = {4500}, .Sq = 1, .Hq = 32, .Hkv = 2, .D = 100, .block_size = 4500, .paged = false,
+       .scale = 1.5f, .threads = 2});
+  add({.q_dtype = bf16, .ctx = {700, 30}, .Sq = 2, .Hq = 8, .Hkv = 1, .D = 64,
+       .block_size = 16});
   // Several kv heads per decode task (their rows sit side by side in each page): MHA with 8
   // heads over 8 chunks, GQA-2 (4 heads per task), 5 kv heads in tasks of 3 and 2.
   add({.ctx = {2100, 700, 1}, .Sq = 1, .Hq = 8, .Hkv = 8, .D = 64, .threads = 2});
