@@ -107,6 +107,23 @@ inline int64_t DecodeAheadBytes() {
       cpu_features().vendor == "GenuineIntel" && cpu_features().amx_tile ? 2048 : kStreamAheadBytes;
   return ahead;
 }
+// The same for a paged cache whose page holds k_head_bytes / v_head_bytes of each head. Where a
+// page holds more than 4 and at most 8 KiB of each head (16 keys at head dim 256 in bf16, or at
+// 128 in f32; 32 keys at 128 in bf16), each line is asked for a whole page's head ahead, so that
+// the next page (elsewhere in memory) is requested from its first line on while this one is
+// read; with 4 KiB it was first asked for half-way through. Alternated in one process from DRAM
+// (Zen 5, ctx 4096, 3-6 rounds; measured there only, so taken only where the distance is the
+// AVX-512 one of 4 KiB): Gemma-2B's 8 / 1 at head dim 256 in 16-key pages, bf16, 10-23% faster;
+// f32 8 / 1 at 128 24-28%; f32 GQA-4 5-6%; bf16 16 / 2 in 32-key pages 5-22%; f32 14 / 2 at
+// head dim 64 in 32-key pages 5-7%; MHA (a task takes 32 heads of a page, one long run) within
+// ±5%. Wider pages keep the fixed distance: at 32 KiB a head, 8 KiB ahead measured 3-4% slower,
+// as on contiguous caches.
+inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes) {
+  const int64_t ahead = DecodeAheadBytes();
+  const bool page_ahead = ahead == kStreamAheadBytes && k_head_bytes == v_head_bytes &&
+                          k_head_bytes > ahead && k_head_bytes <= 2 * kStreamAheadBytes;
+  return page_ahead ? k_head_bytes : ahead;
+}
 
 // Query rows the dots compute for G real ones: on AVX-512 3 -> 4 and 5-7 -> 8, so that the
 // G·KK accumulators are 16 and go through Reduce16 (KeysAtOnce); with 7 rows each key took 7
@@ -1671,15 +1688,15 @@ HWY_NOINLINE void DotSpanWideF32(const char* row, int64_t row_bytes, int64_t n, 
 }
 
 // 16 rows in lanes on f32 caches, the dots in feature pairs: with one lane per row, each FMA
-// took a broadcast load of its own (17 loads per 16 FMAs) and the dots ran at about half the
-// FMA peak from L3. Here a lane holds a row and one of two consecutive features, 8 rows per
-// vector, so one 64-bit broadcast of a key's feature pair feeds 2 FMAs (10 loads per 16 FMAs).
-// qp: per feature pair p, 32 floats: rows 0-7, then 8-15, each as (q[2p], q[2p + 1]); an odd
-// head dim's last pair is (q[D - 1], 0).
-// Only calls of at most 16 rows per kv head take it: 17-32 rows run in 32 lanes or, where that
-// would leave a thread idle, in groups of 16 (DecodeForward), and each row's sums must not
-// depend on which. Done for 32 lanes too (two halves of 16 over the same 8 keys), it ran 4-6%
-// slower than one lane per row there, where 2 q loads already served 8 broadcasts.
+// took a broadcast load of its own (17 loads per 16 FMAs); GQA-4 with 4 tokens ran at 0.53 of
+// the FMA peak from L3, the dots about a third of its samples. Here a lane holds a row and one of
+// two consecutive features, 8 rows per vector, so one 64-bit broadcast of a key's feature pair
+// feeds 2 FMAs (10 loads per 16 FMAs). qp: per feature pair p, 32 floats: rows 0-7, then 8-15, each
+// as (q[2p], q[2p + 1]); an odd head dim's last pair is (q[D - 1], 0). Only calls of at most 16
+// rows per kv head take it: 17-32 rows run in 32 lanes or, where that would leave a thread idle, in
+// groups of 16 (DecodeForward), and each row's sums must not depend on which. Done for 32 lanes too
+// (two halves of 16 over the same 8 keys), it was slower than one lane per row there in 9 of 10
+// rounds from L3 (medians 5% at 24 rows, 6% at 32), where 2 q loads already served 8 broadcasts.
 
 // Sᵀ rows (16 floats) of KK keys from their accumulators: even plus odd lanes (rows 0-7 from
 // acc[kk][0], 8-15 from acc[kk][1]), times scale; the lanes' maxima into mx.
@@ -2236,7 +2253,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const int64_t ldq2 = Dp / 2;
   // The dots score Gd >= G rows per head, the extra ones zero queries whose scores nothing
   // reads. Head hh's query and score rows start at row hh·Gd (nh·Gd <= kDecodeTaskRows); rows in
-  // lanes: head hh's Gd lanes of q2t at q2 + hh·(D / 2)·Gd (f32: of qt at sc.qs + hh·D·Gd), of
+  // lanes: head hh's Gd lanes of q2t at q2 + hh·(D / 2)·Gd (f32: of qt at sc.qs + hh·Dq·Gd), of
   // Sᵀ at sc.s + hh·Gd·kDecodeSub, of Oᵀ (f32) at ot + hh·Dv·Gd.
   const int64_t Gd = wide ? WideLanes(G) : DotRowsFor(G);
   float* ot = reinterpret_cast<float*>(sc.pb);  // DecodeWide: nh·Dv·Gd <= 32·256 floats
@@ -2259,7 +2276,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // (DotSpanPairedWideF32) where the call has at most 16 rows per kv head, an odd head dim's last
   // pair padded with 0.
 #if TBOOST_DECODE_REDUCE16
-  const bool wide_pairs = wide_f32 && wide_pairs_ok && Gd == 16;
+  const bool wide_pairs = wide_f32 && wide_pairs_ok;  // at most 16 rows: Gd == 16
+  HWY_DASSERT(!wide_pairs || Gd == 16);
 #else
   const bool wide_pairs = false;
 #endif
@@ -2346,19 +2364,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // heads of 2 KiB. The last head's mapping, alternated in one process with 16-token pages, from
   // DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32
   // GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
-  // Pages that hold 4-8 KiB of each head (16 keys at head dim 256 in bf16, or at 128 in f32):
-  // each line is asked for a whole page's head ahead, so that the next page (elsewhere in
-  // memory) is requested from its first line on while this one is read. Alternated in one
-  // process from DRAM (Zen 5, ctx 4096, 3-6 rounds; measured there only, so taken only where the
-  // distance is the AVX-512 one of 4 KiB): Gemma-2B's 8 / 1 at head dim 256 in 16-key pages,
-  // bf16, 10-23% faster; f32 8 / 1 at 128 24-28%; f32 GQA-4 5-6%; bf16 16 / 2 in 32-key pages
-  // 5-22%; f32 14 / 2 at head dim 64 in 32-key pages 5-7%; MHA (a task takes 32 heads of a
-  // page, one long run) within ±5%. Wider pages keep the fixed distance: at 32 KiB a head,
-  // 8 KiB ahead measured 3-4% slower, as on contiguous caches.
-  int64_t ahead = DecodeAheadBytes();
-  if (kr.table && ahead == kStreamAheadBytes && k_head_bytes == v_head_bytes &&
-      k_head_bytes > ahead && k_head_bytes <= 2 * kStreamAheadBytes)
-    ahead = k_head_bytes;
+  const int64_t ahead = kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes) : DecodeAheadBytes();
   auto ahead_of = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes,
                       int64_t hh) {
     if (!kv.table || jn > hi || hh * head_bytes + ahead < nh * head_bytes) return ahead;
