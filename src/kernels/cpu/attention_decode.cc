@@ -500,7 +500,8 @@ HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t
 // bf16 cache from L3 on Zen 4), and this halves the dot's instructions. Same loop orders as
 // DotKeys; DotSpanBf16Dp mirrors DotSpan, carrying the AVX512_BF16 target attribute that
 // DotSpan must not. q2: G rows of D / 2 u32 pairs, ldq2 apart.
-template <int G, int KK, bool kHalf>
+// kP16: the pairs in whole vectors (P16 below) where the caller knows them at compile time, else 0.
+template <int G, int KK, bool kHalf, int kP16 = 0>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row, int64_t row_bytes,
                                                    int64_t D, const uint32_t* HWY_RESTRICT q2,
                                                    int64_t ldq2, float qscale,
@@ -510,7 +511,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
   // 8 pairs are loaded masked (q and k both: nothing past the row is read, and no lane
   // multiplies whatever lies there). A compile-time flag, so that the other head dims run the
   // loops they ran before.
-  const int64_t P = D / 2, P16 = kHalf ? P - 8 : P;
+  const int64_t P = D / 2, P16 = kP16 ? kP16 : kHalf ? P - 8 : P;
   constexpr __mmask16 kLast8 = 0x00FF;
   VF acc[G][KK];
 #pragma GCC unroll 16
@@ -521,6 +522,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       const uint32_t* k = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
+#pragma GCC unroll 8
       for (int64_t p = 0; p < P16; p += 16) {
         StreamAhead(k + p, pf);
         const __m512i kv = _mm512_loadu_si512(k + p);
@@ -583,6 +585,28 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t ro
                                                      int64_t pf) {
   constexpr int KK = KeysAtOnce(G);
   int64_t t = 0;
+  if constexpr (G <= kSeqMaxGDp) {
+    // The common head dims' whole vectors as a compile-time count: each key's loop over its
+    // vectors is unrolled and the query's stay in registers. With the count known only at run
+    // time, each key paid for a loop and reloaded the query (GCC). Time saved, alternated in one
+    // process on Zen 5: from L3, MHA at head dim 64 6-13%, 80 8-12%, 96 3-5%, 128 6-7%, 256
+    // 2-3%, GQA-2 at 128 3-4%; from DRAM, MHA at 80 -1 to 4% and at 128 2-3%.
+    const int64_t P16 = kHalf ? D / 2 - 8 : D / 2;
+    auto fixed = [&](auto c) HWY_ATTR {
+      for (; t + KK <= n; t += KK)
+        DotKeysBf16Dp<G, KK, kHalf, decltype(c)::value>(row + t * row_bytes, row_bytes, D, q2, ldq2,
+                                                        qscale, out + t, ostride, pf);
+    };
+    if (P16 == 32) {  // head dim 64 or 80
+      fixed(std::integral_constant<int, 32>());
+    } else if (P16 == 48) {  // 96 or 112
+      fixed(std::integral_constant<int, 48>());
+    } else if (P16 == 64) {  // 128
+      fixed(std::integral_constant<int, 64>());
+    } else if (P16 == 128) {  // 256
+      fixed(std::integral_constant<int, 128>());
+    }
+  }
   for (; t + KK <= n; t += KK) {
     DotKeysBf16Dp<G, KK, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
                                 ostride, pf);
@@ -1260,6 +1284,10 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
 // pair for 8 rows, 96 now; from an L2-resident cache GQA-4 / GQA-8 at head dim 256 ran 34-41%
 // faster, GQA-8 at 128 2-6%.
 inline int PvChunks(int64_t G, int64_t X) {
+  // 1 or 2 rows at 3 chunks (head dim 80 or 96): all 3 in one pass. A pass per chunk kept
+  // 2 or 4 accumulators, each step's vdpbf16ps waiting on the last. In one pass, from L3, MHA
+  // at head dim 96 took 16-18% less time and at 80 4-6% (alternated in one process, Zen 5).
+  if (G <= 2 && X == 3) return 3;
   const int xb_max = G >= 3 ? 2 : G == 2 ? 4 : 8;
   int XB = 1;
   while (XB * 2 <= xb_max && X % (XB * 2) == 0) XB *= 2;
@@ -1296,6 +1324,11 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t r
                 switch (XB) {
                   case 8:
                     PvPairs<G, 8, kHalf>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
+                    break;
+                  case 3:  // PvChunks: G <= 2 only
+                    if constexpr (G <= 2)
+                      PvPairs<G, 3, kHalf>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr,
+                                           nn);
                     break;
                   case 4:
                     PvPairs<G, 4, kHalf>(r, row_bytes, nk, X, pb + t, ldp, os, ostride, pf, nr, nn);
@@ -2193,10 +2226,13 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const bool dp = std::is_same_v<TK, bf16_t> && qdtype == DType::kBF16 && D % 16 == 0 &&
                   cpu_features().avx512_bf16;
   // A value head dim that is an odd multiple of 16 ends in a half chunk (PvPass), whose
-  // P·V pays for a whole one. With 1 or 2 rows the chunks' passes then cost more than the
+  // P·V pays for a whole one. With 1 or 2 rows in a pass per chunk that cost more than the
   // widened P·V (head dim 80 from L3: MHA 151 against 116 µs, GQA-2 158-179 against 144-170);
-  // from 3 rows the pairs were as fast or faster (GQA-4 63-78 against 71-128, GQA-8 11-15%).
-  const bool dp_pv = dp && (Dv % 32 == 0 || (Dv % 16 == 0 && G >= 3));
+  // in one pass over all chunks (PvChunks) the pairs took less time (Zen 5, from L3: MHA at
+  // head dim 48 9%, 80 4-6%, 112 6-7%; GQA-2 at 80 13-14%, 112 14-15%). From 3 rows the pairs
+  // were as fast or faster (GQA-4 63-78 against 71-128, GQA-8 11-15%).
+  const int64_t Xv = (Dv + 31) / 32;
+  const bool dp_pv = dp && (Dv % 32 == 0 || (Dv % 16 == 0 && (G >= 3 || PvChunks(G, Xv) == Xv)));
   // AMX for both products (AmxScores, AmxPv) from 2 query rows per kv head, on contiguous
   // caches and pages of kAmxPiece keys or more: with 16-key pages every page paid for a product
   // padded to 32 keys and its own adds into the partials, and bf16 GQA-4 streamed 15% slower
