@@ -1164,6 +1164,16 @@ std::vector<CaseSpec> paged_attention_cases() {
        .D = 256, .block_size = 16});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {517}, .Sq = 1, .Hq = 3, .Hkv = 3, .D = 64,
        .block_size = 32, .threads = 2});
+  // f32 and widened bf16 value rows of 2, 3, 5, 6 or 7 whole vectors read front to back
+  // (AxpyKeysSeq) at 1-3 rows per kv head, keys past the last 8 one by one.
+  add({.ctx = {1, 29, 301}, .Sq = 1, .Hq = 2, .Hkv = 2, .D = 80, .block_size = 7});
+  add({.ctx = {260, 9}, .Sq = 1, .Hq = 6, .Hkv = 2, .D = 80, .block_size = 16, .threads = 2});
+  add({.ctx = {333}, .Sq = 2, .Hq = 2, .Hkv = 2, .D = 112, .block_size = 400, .paged = false});
+  add({.ctx = {150, 7}, .Sq = 1, .Hq = 12, .Hkv = 3, .D = 48, .block_size = 5});
+  add({.cache_dtype = bf16, .ctx = {71}, .Sq = 1, .Hq = 8, .Hkv = 2, .D = 64, .Dv = 32,
+       .block_size = 9});
+  add({.cache_dtype = bf16, .ctx = {400, 31}, .Sq = 1, .Hq = 2, .Hkv = 2, .D = 96,
+       .block_size = 16, .threads = 2});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)

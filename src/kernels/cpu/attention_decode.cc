@@ -883,12 +883,6 @@ HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int
   }
 }
 
-// Whether AxpyKeys reads the value rows front to back (AxpyKeysSeq) for G query rows.
-HWY_INLINE bool AxpySequential(int G, int64_t Dv) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  return G <= kSeqMaxG && (Dv == 8 * N || Dv == 4 * N);
-}
-
 // Whether AxpySpan takes the register tiles (AxpyTileRows): more than kSeqMaxG rows on
 // AVX-512; on AVX2 two rows or more, with rows of an even count of vectors that are not 4 or 8
 // whole vectors (those take AxpyKeysSeq).
@@ -919,9 +913,32 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
   // from L1); more query rows per key are bound by their FMAs: the sweep reads each row once
   // (where AxpySpan's register tiles do not apply).
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  if constexpr (G <= kSeqMaxG) {  // AxpySequential(G, Dv) says the same
+  if constexpr (G <= kSeqMaxG) {
     if (Dv == 8 * N) return AxpyKeysSeq<TK, 8, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
     if (Dv == 4 * N) return AxpyKeysSeq<TK, 4, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+    // Other whole-vector rows where one pass holds every row's outputs (AxpyRowsPerPass), on
+    // AVX-512 (measured only there). From L3 against the sweep (alternated in one process, Zen 5):
+    // f32 MHA at head dim 80 6% less time (from DRAM 0-3%), 96 1-2%, a bf16 cache with f32 queries
+    // at 80 6-7%; f32 GQA-2 at 80 ±2%. Two passes were slower: f32 GQA-3 at 96 by 7-8%, GQA-4 at 80
+    // by 4-6%.
+    if constexpr (kUnitVecs<TK> == 1 && TBOOST_DECODE_REDUCE16) {
+      if (Dv % N == 0 && G <= AxpyRowsPerPass(static_cast<int>(Dv / N))) {
+        switch (Dv / N) {
+          case 2:
+            return AxpyKeysSeq<TK, 2, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+          case 3:
+            return AxpyKeysSeq<TK, 3, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+          case 5:
+            return AxpyKeysSeq<TK, 5, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+          case 6:
+            return AxpyKeysSeq<TK, 6, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+          case 7:
+            return AxpyKeysSeq<TK, 7, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+          default:
+            break;
+        }
+      }
+    }
   }
   AxpyKeysSweep<TK, KK, G>(row, row_bytes, Dv, p, pstride, os, ostride, pf);
 }
