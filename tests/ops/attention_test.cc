@@ -1146,10 +1146,10 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.ctx = {4100}, .Sq = 1, .Hq = 32, .Hkv = 4, .D = 320, .block_size = 16, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {4100}, .Sq = 1, .Hq = 16, .Hkv = 4,
        .D = 64, .block_size = 16, .threads = 2});
-  // bf16 model, 1 or 2 rows per kv head: the dots' head dims of a compile-time vector count
-  // (64, 80, 96, 112, 128, 256) with keys past the last 16 or 8; the pair P·V in one pass over
-  // 3 chunks (80: the last a half one; 96), over 4 (112) and 2 (48) with a half last one, in
-  // 7- and 5-key pages (odd spans) and on contiguous caches.
+  // bf16 model, 1 or 2 rows per kv head at head dims 48-256, keys past the last 16 or 8 of a
+  // span: the pair P·V in one pass over 3 chunks (80: the last a half one; 96), over 4 (112)
+  // and 2 (48) with a half last one, in 7- and 5-key pages (odd spans) and on contiguous
+  // caches.
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1, 37, 301}, .Sq = 1, .Hq = 4, .Hkv = 4,
        .D = 80, .block_size = 7});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {333, 18}, .Sq = 2, .Hq = 2, .Hkv = 2,

@@ -500,8 +500,7 @@ HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t
 // bf16 cache from L3 on Zen 4), and this halves the dot's instructions. Same loop orders as
 // DotKeys; DotSpanBf16Dp mirrors DotSpan, carrying the AVX512_BF16 target attribute that
 // DotSpan must not. q2: G rows of D / 2 u32 pairs, ldq2 apart.
-// kP16: the pairs in whole vectors (P16 below) where the caller knows them at compile time, else 0.
-template <int G, int KK, bool kHalf, int kP16 = 0>
+template <int G, int KK, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row, int64_t row_bytes,
                                                    int64_t D, const uint32_t* HWY_RESTRICT q2,
                                                    int64_t ldq2, float qscale,
@@ -511,7 +510,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
   // 8 pairs are loaded masked (q and k both: nothing past the row is read, and no lane
   // multiplies whatever lies there). A compile-time flag, so that the other head dims run the
   // loops they ran before.
-  const int64_t P = D / 2, P16 = kP16 ? kP16 : kHalf ? P - 8 : P;
+  const int64_t P = D / 2, P16 = kHalf ? P - 8 : P;
   constexpr __mmask16 kLast8 = 0x00FF;
   VF acc[G][KK];
 #pragma GCC unroll 16
@@ -522,7 +521,6 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       const uint32_t* k = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
-#pragma GCC unroll 8
       for (int64_t p = 0; p < P16; p += 16) {
         StreamAhead(k + p, pf);
         const __m512i kv = _mm512_loadu_si512(k + p);
@@ -585,28 +583,6 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t ro
                                                      int64_t pf) {
   constexpr int KK = KeysAtOnce(G);
   int64_t t = 0;
-  if constexpr (G <= kSeqMaxGDp) {
-    // The common head dims' whole vectors as a compile-time count: each key's loop over its
-    // vectors is unrolled and the query's stay in registers. With the count known only at run
-    // time, each key paid for a loop and reloaded the query (GCC). Time saved, alternated in one
-    // process on Zen 5: from L3, MHA at head dim 64 6-13%, 80 8-12%, 96 3-5%, 128 6-7%, 256
-    // 2-3%, GQA-2 at 128 3-4%; from DRAM, MHA at 80 -1 to 4% and at 128 2-3%.
-    const int64_t P16 = kHalf ? D / 2 - 8 : D / 2;
-    auto fixed = [&](auto c) HWY_ATTR {
-      for (; t + KK <= n; t += KK)
-        DotKeysBf16Dp<G, KK, kHalf, decltype(c)::value>(row + t * row_bytes, row_bytes, D, q2, ldq2,
-                                                        qscale, out + t, ostride, pf);
-    };
-    if (P16 == 32) {  // head dim 64 or 80
-      fixed(std::integral_constant<int, 32>());
-    } else if (P16 == 48) {  // 96 or 112
-      fixed(std::integral_constant<int, 48>());
-    } else if (P16 == 64) {  // 128
-      fixed(std::integral_constant<int, 64>());
-    } else if (P16 == 128) {  // 256
-      fixed(std::integral_constant<int, 128>());
-    }
-  }
   for (; t + KK <= n; t += KK) {
     DotKeysBf16Dp<G, KK, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
                                 ostride, pf);
