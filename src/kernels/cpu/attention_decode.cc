@@ -894,9 +894,10 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
     if (Dv == 4 * N) return AxpyKeysSeq<TK, 4, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
     // Other whole-vector rows where one pass holds every row's outputs (AxpyRowsPerPass), on
     // AVX-512 (measured only there). From L3 against the sweep (alternated in one process, Zen 5):
-    // f32 MHA at head dim 80 6% less time (from DRAM 0-3%), 96 1-2%, a bf16 cache with f32 queries
-    // at 80 6-7%; f32 GQA-2 at 80 ±2%. Two passes were slower: f32 GQA-3 at 96 by 7-8%, GQA-4 at 80
-    // by 4-6%.
+    // f32 MHA at head dim 80 6% less time, 96 1-2%, a bf16 cache with f32 queries at 80 6-7%; f32
+    // GQA-2 at 80 ±2%. From DRAM (binaries in turn, fast memory): f32 MHA at 80 0.77 -> 0.90 of
+    // the read, 96 0.81-0.82 -> 0.91-0.92, the bf16 cache at 80 0.70 -> 0.78. Two passes were
+    // slower from L3: f32 GQA-3 at 96 by 7-8%, GQA-4 at 80 by 4-6%.
     if constexpr (kUnitVecs<TK> == 1 && TBOOST_DECODE_REDUCE16) {
       if (Dv % N == 0 && G <= AxpyRowsPerPass(static_cast<int>(Dv / N))) {
         switch (Dv / N) {
@@ -1279,7 +1280,8 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPairs(const char* HWY_RESTRICT row, int64
 inline int PvChunks(int64_t G, int64_t X) {
   // 1 or 2 rows at 3 chunks (head dim 80 or 96): all 3 in one pass. A pass per chunk kept
   // 2 or 4 accumulators, each step's vdpbf16ps waiting on the last. In one pass, from L3, MHA
-  // at head dim 96 took 16-18% less time and at 80 4-6% (alternated in one process, Zen 5).
+  // at head dim 96 took 16-18% less time and at 80 4-6% (alternated in one process, Zen 5);
+  // from DRAM (binaries in turn) MHA at 96 read at 0.92 of the read against 0.87.
   if (G <= 2 && X == 3) return 3;
   const int xb_max = G >= 3 ? 2 : G == 2 ? 4 : 8;
   int XB = 1;
