@@ -1174,6 +1174,12 @@ std::vector<CaseSpec> paged_attention_cases() {
        .block_size = 9});
   add({.cache_dtype = bf16, .ctx = {400, 31}, .Sq = 1, .Hq = 2, .Hkv = 2, .D = 96,
        .block_size = 16, .threads = 2});
+  // The same at 1 row and 9-16 vectors (head dims 144-256).
+  add({.ctx = {77, 300}, .Sq = 1, .Hq = 2, .Hkv = 2, .D = 256, .block_size = 7});
+  add({.ctx = {129}, .Sq = 1, .Hq = 3, .Hkv = 3, .D = 160, .block_size = 200, .paged = false,
+       .threads = 2});
+  add({.cache_dtype = bf16, .ctx = {211, 9}, .Sq = 1, .Hq = 2, .Hkv = 2, .D = 64, .Dv = 144,
+       .block_size = 16});
   // clang-format on
   // Random configurations from the case's seed.
   for (int n = 0; n < 6; ++n)

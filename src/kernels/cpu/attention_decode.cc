@@ -892,12 +892,13 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
   if constexpr (G <= kSeqMaxG) {
     if (Dv == 8 * N) return AxpyKeysSeq<TK, 8, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
     if (Dv == 4 * N) return AxpyKeysSeq<TK, 4, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-    // Other whole-vector rows where one pass holds every row's outputs (AxpyRowsPerPass), on
-    // AVX-512 (measured only there). From L3 against the sweep (alternated in one process, Zen 5):
-    // f32 MHA at head dim 80 6% less time, 96 1-2%, a bf16 cache with f32 queries at 80 6-7%; f32
-    // GQA-2 at 80 ±2%. From DRAM (binaries in turn, fast memory): f32 MHA at 80 0.77 -> 0.90 of
-    // the read, 96 0.81-0.82 -> 0.91-0.92, the bf16 cache at 80 0.70 -> 0.78. Two passes were
-    // slower from L3: f32 GQA-3 at 96 by 7-8%, GQA-4 at 80 by 4-6%.
+    // Other whole-vector rows where one pass holds every row's outputs (AxpyRowsPerPass: at
+    // most 16 vectors in all), on AVX-512 (measured only there). From L3 against the sweep
+    // (alternated in one process, Zen 5): f32 MHA at head dim 80 6% less time, 96 1-2%, a bf16
+    // cache with f32 queries at 80 6-7%; f32 GQA-2 at 80 ±2%. From DRAM (binaries in turn, fast
+    // memory): f32 MHA at 80 0.77 -> 0.90 of the read, 96 0.81-0.82 -> 0.91-0.92, the bf16 cache at
+    // 80 0.70 -> 0.78. Two passes were slower from L3: f32 GQA-3 at 96 by 7-8%, GQA-4 at 80 by
+    // 4-6%.
     if constexpr (kUnitVecs<TK> == 1 && TBOOST_DECODE_REDUCE16) {
       if (Dv % N == 0 && G <= AxpyRowsPerPass(static_cast<int>(Dv / N))) {
         switch (Dv / N) {
@@ -913,6 +914,33 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
             return AxpyKeysSeq<TK, 7, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
           default:
             break;
+        }
+        // One row of 9-16 vectors (head dims 144-256), its outputs in 9-16 registers. f32 MHA at
+        // 256: from L3 7-15% less time, from DRAM 3-5% with fast memory (0.91 -> 0.95 of the
+        // read, in one process) and the same time with slow (at the read, binaries in turn); at
+        // 192 1.5% less from DRAM. A bf16 cache with f32 queries at 256: 1-3% from L3, from DRAM
+        // 0.76 -> 0.82 of the read (fast) and 0.91 -> 0.95 (slow).
+        if constexpr (G == 1) {
+          switch (Dv / N) {
+            case 9:
+              return AxpyKeysSeq<TK, 9, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+            case 10:
+              return AxpyKeysSeq<TK, 10, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+            case 11:
+              return AxpyKeysSeq<TK, 11, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+            case 12:
+              return AxpyKeysSeq<TK, 12, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+            case 13:
+              return AxpyKeysSeq<TK, 13, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+            case 14:
+              return AxpyKeysSeq<TK, 14, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+            case 15:
+              return AxpyKeysSeq<TK, 15, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+            case 16:
+              return AxpyKeysSeq<TK, 16, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+            default:
+              break;
+          }
         }
       }
     }
