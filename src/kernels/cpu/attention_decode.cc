@@ -881,6 +881,35 @@ HWY_INLINE bool AxpyInBlocks(int64_t G, int64_t Dv) {
   return G <= kSeqMaxG && Dv == 8 * N && G > AxpyRowsPerPass(8);
 }
 
+// AxpyKeysSeq for rows of ov whole vectors, where ov is one of OV... from 2 on, other than 4 and
+// 8 (AxpyKeys takes those for any G), and one pass holds all G rows' outputs (G <= AxpyRowsPerPass:
+// at most 16 vectors in all); false where it is none of them. Measured on AVX-512 only (Zen 5),
+// against the sweep: from L3 (alternated in one process) f32 MHA at head dim 80 6% less time, 96
+// 1-2%, 256 7-15%, a bf16 cache with f32 queries at 80 6-7% and at 256 1-3%, f32 GQA-2 at 80 ±2%.
+// From DRAM (fast memory; binaries in turn unless named): f32 MHA at 80 0.77 -> 0.90 of the read,
+// 96 0.81-0.82 -> 0.91-0.92, 256 0.91 -> 0.95 (in one process; with slow memory both at the read),
+// the bf16 cache at 80 0.70 -> 0.78 and at 256 0.76 -> 0.82 (in one process; slow memory, binaries
+// in turn, 0.91 -> 0.95). Two passes were slower from L3: f32 GQA-3 at 96 by 7-8%, GQA-4 at 80 by
+// 4-6%, so those keep the sweep.
+template <class TK, int G, int... OV>
+HWY_INLINE bool AxpyKeysSeqOnePass(std::integer_sequence<int, OV...>, int64_t ov,
+                                   const char* HWY_RESTRICT row, int64_t row_bytes, int64_t KK,
+                                   const float* HWY_RESTRICT p, int64_t pstride,
+                                   float* HWY_RESTRICT os, int64_t ostride, int64_t pf) {
+  bool done = false;
+  auto one = [&](auto c) HWY_ATTR {
+    constexpr int V = decltype(c)::value;
+    if constexpr (V >= 2 && V != 4 && V != 8 && G <= AxpyRowsPerPass(V)) {
+      if (!done && ov == V) {
+        AxpyKeysSeq<TK, V, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
+        done = true;
+      }
+    }
+  };
+  (one(std::integral_constant<int, OV>()), ...);
+  return done;
+}
+
 template <class TK, int KK, int G>
 HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t Dv,
                          const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
@@ -892,57 +921,12 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
   if constexpr (G <= kSeqMaxG) {
     if (Dv == 8 * N) return AxpyKeysSeq<TK, 8, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
     if (Dv == 4 * N) return AxpyKeysSeq<TK, 4, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-    // Other whole-vector rows where one pass holds every row's outputs (AxpyRowsPerPass: at
-    // most 16 vectors in all), on AVX-512 (measured only there). From L3 against the sweep
-    // (alternated in one process, Zen 5): f32 MHA at head dim 80 6% less time, 96 1-2%, a bf16
-    // cache with f32 queries at 80 6-7%; f32 GQA-2 at 80 ±2%. From DRAM (binaries in turn, fast
-    // memory): f32 MHA at 80 0.77 -> 0.90 of the read, 96 0.81-0.82 -> 0.91-0.92, the bf16 cache at
-    // 80 0.70 -> 0.78. Two passes were slower from L3: f32 GQA-3 at 96 by 7-8%, GQA-4 at 80 by
-    // 4-6%.
+    // Other rows of 2-16 whole vectors where one pass holds every row's outputs, on AVX-512
+    // (AxpyKeysSeqOnePass).
     if constexpr (kUnitVecs<TK> == 1 && TBOOST_DECODE_REDUCE16) {
-      if (Dv % N == 0 && G <= AxpyRowsPerPass(static_cast<int>(Dv / N))) {
-        switch (Dv / N) {
-          case 2:
-            return AxpyKeysSeq<TK, 2, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-          case 3:
-            return AxpyKeysSeq<TK, 3, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-          case 5:
-            return AxpyKeysSeq<TK, 5, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-          case 6:
-            return AxpyKeysSeq<TK, 6, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-          case 7:
-            return AxpyKeysSeq<TK, 7, G>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-          default:
-            break;
-        }
-        // One row of 9-16 vectors (head dims 144-256), its outputs in 9-16 registers. f32 MHA at
-        // 256: from L3 7-15% less time, from DRAM 3-5% with fast memory (0.91 -> 0.95 of the
-        // read, in one process) and the same time with slow (at the read, binaries in turn); at
-        // 192 1.5% less from DRAM. A bf16 cache with f32 queries at 256: 1-3% from L3, from DRAM
-        // 0.76 -> 0.82 of the read (fast) and 0.91 -> 0.95 (slow).
-        if constexpr (G == 1) {
-          switch (Dv / N) {
-            case 9:
-              return AxpyKeysSeq<TK, 9, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-            case 10:
-              return AxpyKeysSeq<TK, 10, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-            case 11:
-              return AxpyKeysSeq<TK, 11, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-            case 12:
-              return AxpyKeysSeq<TK, 12, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-            case 13:
-              return AxpyKeysSeq<TK, 13, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-            case 14:
-              return AxpyKeysSeq<TK, 14, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-            case 15:
-              return AxpyKeysSeq<TK, 15, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-            case 16:
-              return AxpyKeysSeq<TK, 16, 1>(row, row_bytes, KK, p, pstride, os, ostride, pf);
-            default:
-              break;
-          }
-        }
-      }
+      if (Dv % N == 0 && AxpyKeysSeqOnePass<TK, G>(std::make_integer_sequence<int, 17>(), Dv / N,
+                                                   row, row_bytes, KK, p, pstride, os, ostride, pf))
+        return;
     }
   }
   AxpyKeysSweep<TK, KK, G>(row, row_bytes, Dv, p, pstride, os, ostride, pf);
