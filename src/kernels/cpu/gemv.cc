@@ -120,7 +120,7 @@ HWY_INLINE void AskGroupAhead(const TW* w, int64_t ldw, int64_t k, int64_t K) {
 // rows, and the kR·kM accumulators are independent FMA chains. With one row at a time and
 // several x rows, each weight vector fed kM FMAs behind kM x loads: at M = 4 the weight stream
 // ran at half the speed of M = 1 (bench/RESULTS.md, "batched decode").
-// kRowAhead: the distance of the per-row requests (without kGroupAhead).
+// kRowAhead: the distance of the per-row requests (without kGroupAhead); 0: none.
 template <int kR, int kM, bool kGroupAhead = false, int64_t kRowAhead = kGemvAheadBytes, class TW>
 HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                         float* out) {
@@ -138,7 +138,7 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
     if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      if constexpr (!kGroupAhead) StreamAheadAt(w + r * ldw, k, kRowAhead);
+      if constexpr (!kGroupAhead && kRowAhead > 0) StreamAheadAt(w + r * ldw, k, kRowAhead);
       wv[r] = LoadF(d, w + r * ldw + k);
     }
 #pragma GCC unroll 16
@@ -240,7 +240,7 @@ HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, i
     if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      if constexpr (!kGroupAhead) StreamAheadAt(w + r * ldw, k, kRowAhead);
+      if constexpr (!kGroupAhead && kRowAhead > 0) StreamAheadAt(w + r * ldw, k, kRowAhead);
       WidenPairs(d, w + r * ldw + k, &we[r], &wo[r]);
     }
 #pragma GCC unroll 16
@@ -296,8 +296,9 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16Dp(const uint32_t* x2, int64_t
   }
 }
 
-// kR weight rows at once (see DotRowN): each x vector loaded once for all of them.
-template <int kR, int kM>
+// kR weight rows at once (see DotRowN): each x vector loaded once for all of them, each weight
+// line asked for kAhead bytes ahead (0: not asked for).
+template <int kR, int kM, int64_t kAhead = kStreamAheadBytes>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotRowsBf16DpN(const uint32_t* x2, int64_t ldx2,
                                                     const bf16_t* w, int64_t ldw, int64_t K,
                                                     float* sums) {
@@ -310,7 +311,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotRowsBf16DpN(const uint32_t* x2, int64_t 
   for (int64_t p = 0; p < P; p += 16) {
     __m512i wv[kR];
     for (int r = 0; r < kR; ++r) {
-      StreamAhead(wr[r] + p);
+      if constexpr (kAhead > 0) StreamAhead(wr[r] + p, kAhead);
       wv[r] = _mm512_loadu_si512(wr[r] + p);
     }
     for (int m = 0; m < kM; ++m) {
@@ -463,6 +464,23 @@ constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 ve
 // slower) nor for 5-8 x rows: those keep the blocks path.
 constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2 || TBOOST_GEMV_REGS == 32;
 constexpr int64_t kFarStreamAheadBytes = 1024;
+// Whether the far streams ask for their lines ahead in software at all. Not on AMD's AVX-512
+// cores: on Zen 5 (2 cores, weights on 2 MiB pages) the hardware prefetchers kept the far streams
+// fed, and the requests slowed them (bench/RESULTS.md, "Zen 5, twenty-sixth session"):
+// - whole-model decode alternated in one process, GB/s of weights, asking against not: llama-110m
+//   bf16 (4 KiB ahead) medians 47.6 against 50.3 with the host's memory in its slow mode (24
+//   rounds), 62.4 against 70.8 in its fast mode (10); llama-1b bf16 61.6 against 71.0 (fast, one
+//   round); llama-110m f32 (1 KiB ahead) within ±2% in the slow mode, 67.7-72.1 against 72.2-76.1
+//   in the fast mode (24 rounds); llama-1b f32 73.0-75.2 against 78.6-80.8 (fast, 5 rounds);
+// - `tboost bench`, binaries in turn: llama-110m bf16 279-293 against 315-319 tokens/s (fast
+//   mode), llama-110m f32 114.5-115.2 against 113.6-113.8 (slow mode), llama-1b bf16 41.8 against
+//   47.1-47.2 (fast mode).
+// Zen 4 (the same vendor's AVX-512 cores) is not measured. AVX2 machines (Zen 3) and Intel keep
+// the requests, measured to gain there (above).
+inline bool FarStreamsAskAhead() {
+  static const bool ask = !(cpu_features().vendor == "AuthenticAMD" && cpu_features().avx512f);
+  return ask;
+}
 
 // The sums of one whole item of kS blocks (kM x rows): block s's x row m at sums[s·64 + m·16 +
 // j] (Epilogue's layout). Not inlined, and templated on neither the output type nor the
@@ -475,28 +493,30 @@ HWY_INLINE void ScatterItemRow(const float* t, int64_t j, float* sums) {
     for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
 }
 
-template <int kM, int kS, XLayout kXL, class TW>
+// kAhead: the distance each stream asks for its lines at (0: not asked for; FarPlanOf).
+template <int kM, int kS, XLayout kXL, class TW, int64_t kAhead>
 HWY_NOINLINE void FarItemDots(const float* xf, int64_t ldx, const TW* wi, int64_t ldw,
                               int64_t apart, int64_t K, float* sums) {
   for (int64_t j = 0; j < kBlock; ++j) {
     HWY_ALIGN float t[64];  // t[m·16 + s]
     if constexpr (kXL == XLayout::kF32PairSplit)
-      DotRowBf16PairsN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * ldw, apart, K, t);
+      DotRowBf16PairsN<kS, kM, false, kAhead>(xf, ldx, wi + j * ldw, apart, K, t);
     else
-      DotRowN<kS, kM, false, kFarStreamAheadBytes>(xf, ldx, wi + j * ldw, apart, K, t);
+      DotRowN<kS, kM, false, kAhead>(xf, ldx, wi + j * ldw, apart, K, t);
     ScatterItemRow<kM, kS>(t, j, sums);
   }
 }
 
 #if TBOOST_HAS_BF16_DOT
 // FarItemDots for bf16 x rows dotted with vdpbf16ps (XLayout::kBf16; ldx counts u32 pairs).
-template <int kM, int kS>
+template <int kM, int kS, int64_t kAhead>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void FarItemDotsBf16Dp(const float* xf, int64_t ldx,
                                                          const bf16_t* wi, int64_t ldw,
                                                          int64_t apart, int64_t K, float* sums) {
   for (int64_t j = 0; j < kBlock; ++j) {
     HWY_ALIGN float t[64];  // t[m·16 + s]
-    DotRowsBf16DpN<kS, kM>(reinterpret_cast<const uint32_t*>(xf), ldx, wi + j * ldw, apart, K, t);
+    DotRowsBf16DpN<kS, kM, kAhead>(reinterpret_cast<const uint32_t*>(xf), ldx, wi + j * ldw, apart,
+                                   K, t);
     ScatterItemRow<kM, kS>(t, j, sums);
   }
 }
@@ -509,18 +529,26 @@ struct FarPlan {
   void (*dots)(const float*, int64_t, const TW*, int64_t, int64_t, int64_t, float*);
   int64_t streams;
 };
-template <int kM, class TW>
-FarPlan<TW> FarPlanOf(XLayout xl) {
+// With `ask`, each stream asks for its lines kFarStreamAheadBytes ahead (kStreamAheadBytes for
+// vdpbf16ps rows); without, it leaves them to the hardware prefetchers (FarStreamsAskAhead).
+template <int kM, class TW, int64_t kAhead, int64_t kAheadDp>
+FarPlan<TW> FarPlanAt(XLayout xl) {
   if constexpr (std::is_same_v<TW, bf16_t>) {
     constexpr int kS = RowsAtOnce(kM, 2, 2);
-    if (xl == XLayout::kF32PairSplit) return {&FarItemDots<kM, kS, XLayout::kF32PairSplit, TW>, kS};
+    if (xl == XLayout::kF32PairSplit)
+      return {&FarItemDots<kM, kS, XLayout::kF32PairSplit, TW, kAhead>, kS};
 #if TBOOST_HAS_BF16_DOT
     constexpr int kSd = RowsAtOnce(kM);
-    if (xl == XLayout::kBf16) return {&FarItemDotsBf16Dp<kM, kSd>, kSd};
+    if (xl == XLayout::kBf16) return {&FarItemDotsBf16Dp<kM, kSd, kAheadDp>, kSd};
 #endif
   }
   constexpr int kS = RowsAtOnce(kM);
-  return {&FarItemDots<kM, kS, XLayout::kF32, TW>, kS};
+  return {&FarItemDots<kM, kS, XLayout::kF32, TW, kAhead>, kS};
+}
+template <int kM, class TW>
+FarPlan<TW> FarPlanOf(XLayout xl, bool ask) {
+  return ask ? FarPlanAt<kM, TW, kFarStreamAheadBytes, kStreamAheadBytes>(xl)
+             : FarPlanAt<kM, TW, 0, 0>(xl);
 }
 
 // DotRows for 1-4 x rows given at run time.
@@ -542,10 +570,11 @@ void DotRowsUpTo4(int64_t M, const float* x, int64_t ldx, const TW* w, int64_t l
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
 void GemvFarStreams(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
                     int64_t min_blocks) {
-  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(xl)
-                           : a.M == 2 ? FarPlanOf<2, TW>(xl)
-                           : a.M == 3 ? FarPlanOf<3, TW>(xl)
-                                      : FarPlanOf<4, TW>(xl);
+  const bool ask = FarStreamsAskAhead();
+  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(xl, ask)
+                           : a.M == 2 ? FarPlanOf<2, TW>(xl, ask)
+                           : a.M == 3 ? FarPlanOf<3, TW>(xl, ask)
+                                      : FarPlanOf<4, TW>(xl, ask);
   const int64_t kS = plan.streams;
   const TW* w = static_cast<const TW*>(a.w);
   const int64_t Q = (blocks + kS - 1) / kS;
