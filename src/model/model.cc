@@ -78,14 +78,15 @@ struct Source {
 };
 
 // One weight in the model's dtype and layout: a view of the source when nothing changes,
-// otherwise a converted (and for GPT-2's Conv1D, transposed) copy.
+// otherwise a converted (and for GPT-2's Conv1D, transposed) copy, its source released.
 struct Loader {
   const Source& src;
   DType dtype;
   WeightArena& arena;
   bool any_view = false;
   size_t bytes = 0;
-  Tensor get(const std::string& name, const Shape& expect, bool transpose = false) {
+  // The source tensor `name`, checked: present, a floating dtype, of shape `want`.
+  Tensor checked(const std::string& name, const Shape& want) const {
     if (!src.has(name)) fail(src.where() + ": missing tensor \"" + src.prefix + name + "\"");
     if (src.st) {
       const auto& e = src.st->entry(src.prefix + name);
@@ -95,11 +96,15 @@ struct Loader {
                                                    " (expected F32, F16 or BF16)");
     }
     Tensor t = src.raw(name);
-    Shape want = expect;
-    if (transpose) std::swap(want[0], want[1]);
     if (t.shape() != want)
       fail(src.where() + ": tensor \"" + src.prefix + name + "\" has shape " +
            shape_to_string(t.shape()) + ", expected " + shape_to_string(want) + " from the config");
+    return t;
+  }
+  Tensor get(const std::string& name, const Shape& expect, bool transpose = false) {
+    Shape want = expect;
+    if (transpose) std::swap(want[0], want[1]);
+    const Tensor t = checked(name, want);
     Tensor out;
     if (transpose) {
       // (K, N) -> (N, K) in 64 x 64 tiles through f32.
@@ -120,6 +125,47 @@ struct Loader {
       out = t;
       any_view = true;
     }
+    if (out.data() != t.data()) release_source(name);
+    bytes += out.nbytes();
+    return out;
+  }
+  // A checkpoint tensor that was copied out is not read again: its memory goes back (a bf16
+  // model from an f32 file holds the bf16 weights, not both).
+  void release_source(const std::string& name) {
+    if (src.st) src.st->release(src.prefix + name);
+  }
+  // Several weights stacked along their first dim into one tensor in the model's dtype (a
+  // LLaMA layer's q, k, v projections; its gate and up projections), so one GEMV streams them
+  // all. parts: (name, shape); the shapes agree past dim 0. A view where the parts already lie
+  // one after another in the model's dtype (gate and up do in a checkpoint stored in name
+  // order; random weights are made so); otherwise a copy, each source released.
+  Tensor get_stacked(const std::vector<std::pair<std::string, Shape>>& parts) {
+    std::vector<Tensor> ts;
+    Shape shape = parts.at(0).second;
+    shape[0] = 0;
+    bool adjacent = true;
+    for (const auto& [name, want] : parts) {
+      ts.push_back(checked(name, want));
+      const Tensor& t = ts.back();
+      shape[0] += want[0];
+      adjacent = adjacent && t.dtype() == dtype &&
+                 (ts.size() == 1 ||
+                  static_cast<const char*>(ts[ts.size() - 2].data()) + ts[ts.size() - 2].nbytes() ==
+                      t.data());
+    }
+    Tensor out;
+    if (adjacent) {
+      out = Tensor::view(ts[0].data(), dtype, shape);
+      any_view = true;
+    } else {
+      out = arena.alloc(dtype, shape);
+      char* at = static_cast<char*>(out.data());
+      for (size_t i = 0; i < ts.size(); ++i) {
+        convert(at, dtype, ts[i].data(), ts[i].dtype(), ts[i].numel());
+        at += static_cast<size_t>(ts[i].numel()) * dtype_size(dtype);
+        release_source(parts[i].first);
+      }
+    }
     bytes += out.nbytes();
     return out;
   }
@@ -127,9 +173,13 @@ struct Loader {
 
 struct LayerW {
   Tensor ln1_w, ln1_b, ln2_w, ln2_b;
-  Tensor wq, wk, wv, bq, bk, bv;  // GPT-2: wq holds the fused (3C, C) c_attn, bq its bias
+  // GPT-2: wq holds the fused (3C, C) c_attn, bq its bias; LLaMA: wq holds q, k and v stacked
+  // (q + 2·kv rows, Loader::get_stacked), bq their biases; wk, wv, bk, bv are BERT's.
+  Tensor wq, wk, wv, bq, bk, bv;
   Tensor wo, bo;
-  Tensor w_up, b_up, w_gate, w_down, b_down;  // GPT-2/BERT: up = fc, down = proj
+  // GPT-2/BERT: up = fc, down = proj. LLaMA: w_gate holds gate and up stacked (2F rows), read by
+  // one GEMV whose output a SwiGLU activation takes; w_up is empty.
+  Tensor w_up, b_up, w_gate, w_down, b_down;
 };
 
 struct Weights {
@@ -255,18 +305,19 @@ Weights load_weights(const ModelConfig& c, Source& src, DType dt, Loader& L) {
       LayerW lw;
       lw.ln1_w = L.get(p + "input_layernorm.weight", {C});
       lw.ln2_w = L.get(p + "post_attention_layernorm.weight", {C});
-      lw.wq = L.get(p + "self_attn.q_proj.weight", {q, C});
-      lw.wk = L.get(p + "self_attn.k_proj.weight", {kv, C});
-      lw.wv = L.get(p + "self_attn.v_proj.weight", {kv, C});
-      lw.wo = L.get(p + "self_attn.o_proj.weight", {C, q});
-      if (c.qkv_bias) {
-        lw.bq = L.get(p + "self_attn.q_proj.bias", {q});
-        lw.bk = L.get(p + "self_attn.k_proj.bias", {kv});
-        lw.bv = L.get(p + "self_attn.v_proj.bias", {kv});
-      }
-      if (c.o_bias) lw.bo = L.get(p + "self_attn.o_proj.bias", {C});
-      lw.w_gate = L.get(p + "mlp.gate_proj.weight", {F, C});
-      lw.w_up = L.get(p + "mlp.up_proj.weight", {F, C});
+      // q, k, v as one weight, gate and up as another: each one GEMV in decode, rather than
+      // three and two calls on shorter streams (bench/RESULTS.md, "Zen 5, twenty-sixth session").
+      const std::string a = p + "self_attn.";
+      lw.wq = L.get_stacked({{a + "q_proj.weight", {q, C}},
+                             {a + "k_proj.weight", {kv, C}},
+                             {a + "v_proj.weight", {kv, C}}});
+      lw.wo = L.get(a + "o_proj.weight", {C, q});
+      if (c.qkv_bias)
+        lw.bq = L.get_stacked(
+            {{a + "q_proj.bias", {q}}, {a + "k_proj.bias", {kv}}, {a + "v_proj.bias", {kv}}});
+      if (c.o_bias) lw.bo = L.get(a + "o_proj.bias", {C});
+      lw.w_gate =
+          L.get_stacked({{p + "mlp.gate_proj.weight", {F, C}}, {p + "mlp.up_proj.weight", {F, C}}});
       lw.w_down = L.get(p + "mlp.down_proj.weight", {C, F});
       if (c.mlp_bias) fail(src.where() + ": mlp_bias is not supported for LLaMA-family models");
       w.layers.push_back(lw);
@@ -453,15 +504,12 @@ Graph build_lm(const ModelConfig& c, const Weights& W, DType dt, Mode mode, bool
       n = b.norm(c, h, L.ln1_w, L.ln1_b)[0];
     }
     TensorId q, k, v;
-    if (gpt2) {
+    {  // q, k, v: slices of one projection (GPT-2's c_attn; LLaMA's stacked weights)
+      const int64_t qw = c.heads * D, kw = Hkv * D;
       const TensorId qkv = b.linear(n, L.wq, L.bq);
-      q = b.view(graph::Slice{last_axis, 0, C}, qkv);
-      k = b.view(graph::Slice{last_axis, C, 2 * C}, qkv);
-      v = b.view(graph::Slice{last_axis, 2 * C, 3 * C}, qkv);
-    } else {
-      q = b.linear(n, L.wq, L.bq);
-      k = b.linear(n, L.wk, L.bk);
-      v = b.linear(n, L.wv, L.bv);
+      q = b.view(graph::Slice{last_axis, 0, qw}, qkv);
+      k = b.view(graph::Slice{last_axis, qw, qw + kw}, qkv);
+      v = b.view(graph::Slice{last_axis, qw + kw, qw + 2 * kw}, qkv);
     }
     q = b.view(graph::Reshape{head_shape}, q);
     k = b.view(graph::Reshape{{-1, Hkv, D}}, k);
@@ -500,9 +548,11 @@ Graph build_lm(const ModelConfig& c, const Weights& W, DType dt, Mode mode, bool
     if (gpt2) {
       a = b.linear(n2, L.w_up, L.b_up, linear_act(c.hidden_act));
     } else {
-      // SwiGLU as the gate projection's epilogue: silu(n2 · Wgᵀ) * up, no extra pass.
-      const TensorId up = b.linear(n2, L.w_up);
-      a = b.linear(n2, L.w_gate, {}, ops::Activation::kSilu, up, true);
+      // One GEMV for gate and up (stacked), then silu(gate) * up over its output (2F values a
+      // row). The SwiGLU had been the gate GEMV's epilogue over a separate up GEMV's output:
+      // that saved the small pass but cost a second fork/join and a shorter weight stream.
+      a = g.add1(b.nm("swiglu"), ops::ActivationParam{ops::ActivationType::kSwiGlu, true},
+                 {b.linear(n2, L.w_gate)});
     }
     h = b.linear(a, L.w_down, L.b_down, ops::Activation::kNone, h1);
   }

@@ -232,7 +232,24 @@ Tensor SafeTensors::tensor(const std::string& name) const {
     throw Error(ErrorCode::kDTypeMismatch,
                 e.file + ": tensor \"" + name + "\" has dtype " + e.dtype_name +
                     ", which tboost cannot use (F32, F16, BF16, integer types)");
+  if (e.released)
+    throw Error(ErrorCode::kInvalidArgument,
+                e.file + ": tensor \"" + name + "\" was released after it was copied out");
   return Tensor::view(const_cast<void*>(e.data), e.dtype, e.shape);
+}
+
+void SafeTensors::release(const std::string& name) {
+  auto it = entries_.find(name);
+  if (it == entries_.end())
+    throw Error(ErrorCode::kInvalidArgument, path_ + ": missing tensor \"" + name + "\"");
+  Entry& e = it->second;
+  if (e.released) return;
+  e.released = true;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto b = reinterpret_cast<uintptr_t>(e.data), end = b + e.bytes;
+  const uintptr_t lo = (b + page - 1) / page * page, hi = end / page * page;
+  // Advice only: where it fails, the bytes stay resident and nothing else changes.
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors) {

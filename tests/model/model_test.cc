@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -346,6 +348,97 @@ TEST(BadInput, RequestsOutsideTheModel) {
   s->forward({q}, {random_ids(16, 257, 1)});
   expect_error([&] { s->forward({q}, {{1}}); }, "would hold 17 tokens");
   expect_error([&] { s->add_sequence(); }, "session is full");
+}
+
+// ---- stacked weights, released sources
+
+// Writes `names` of st to a .safetensors file in that order of their bytes (the format allows
+// any order; save_safetensors writes name order).
+void write_in_order(const std::string& path, const SafeTensors& st,
+                    const std::vector<std::string>& names) {
+  json h = json::object();
+  uint64_t off = 0;
+  for (const auto& n : names) {
+    const Tensor t = st.tensor(n);
+    h[n] = {{"dtype", st.entry(n).dtype_name},
+            {"shape", t.shape()},
+            {"data_offsets", {off, off + t.nbytes()}}};
+    off += t.nbytes();
+  }
+  std::string hs = h.dump();
+  hs.resize((hs.size() + 7) / 8 * 8, ' ');
+  std::ofstream f(path, std::ios::binary);
+  const uint64_t hl = hs.size();
+  f.write(reinterpret_cast<const char*>(&hl), 8);  // little-endian hosts only, as the format
+  f.write(hs.data(), static_cast<std::streamsize>(hs.size()));
+  for (const auto& n : names) {
+    const Tensor t = st.tensor(n);
+    f.write(static_cast<const char*>(t.data()), static_cast<std::streamsize>(t.nbytes()));
+  }
+}
+
+// A LLaMA layer's q, k, v (and their biases) and its gate and up projections are stacked into
+// one weight each: a view where the checkpoint stores them one after another, a copy otherwise
+// (Loader::get_stacked). A file in name order has k, o, q, v (copied) and gate, up (a view); the
+// same tensors reordered so that q, k, v lie together are taken as views. Both give the same
+// logits, bit for bit, read into memory or mapped.
+TEST(Model, StackedWeightsAsViewsOrCopiesGiveTheSameLogits) {
+  for (const std::string name : {"llama_tiny", "qwen2_tiny"}) {
+    SCOPED_TRACE(name);
+    Scratch s(name);
+    const std::string file = (s.dir / "model.safetensors").string();
+    auto st = SafeTensors::open(file);
+    auto names = st->names();
+    auto key = [](std::string n) {
+      for (const auto& [from, to] :
+           std::vector<std::pair<std::string, std::string>>{{"q_proj.weight", "a0"},
+                                                            {"k_proj.weight", "a1"},
+                                                            {"v_proj.weight", "a2"},
+                                                            {"q_proj.bias", "b0"},
+                                                            {"k_proj.bias", "b1"},
+                                                            {"v_proj.bias", "b2"},
+                                                            {"gate_proj.weight", "c0"},
+                                                            {"up_proj.weight", "c1"}})
+        if (const size_t at = n.find(from); at != std::string::npos) n.replace(at, from.size(), to);
+      return n;
+    };
+    std::sort(names.begin(), names.end(),
+              [&](const std::string& a, const std::string& b) { return key(a) < key(b); });
+    const auto ids = random_ids(9, 100, 3);
+    auto logits = [&](SafeTensors::Load load) {
+      auto m = OptimizedTransformer::from_pretrained(s.dir.string(), {.load = load, .threads = 2});
+      auto ses = m->new_session(1);
+      const int q = ses->add_sequence();
+      Tensor l = ses->forward({q}, {ids}, true);
+      std::vector<float> v(l.data_as<float>(), l.data_as<float>() + l.numel());
+      Tensor d = ses->forward({q}, {{7}});
+      v.insert(v.end(), d.data_as<float>(), d.data_as<float>() + d.numel());
+      return v;
+    };
+    const std::vector<float> in_name_order = logits(SafeTensors::Load::kRead);
+    write_in_order(file, *st, names);
+    st.reset();
+    EXPECT_EQ(logits(SafeTensors::Load::kRead), in_name_order);
+    EXPECT_EQ(logits(SafeTensors::Load::kMmap), in_name_order);
+  }
+}
+
+TEST(SafeTensorsRelease, DropsOnlyThatTensor) {
+  const std::string file = data_dir("llama_tiny") + "/model.safetensors";
+  for (auto load : {SafeTensors::Load::kRead, SafeTensors::Load::kMmap}) {
+    auto st = SafeTensors::open(file, load), fresh = SafeTensors::open(file);
+    const std::string gone = "model.layers.0.mlp.up_proj.weight";
+    st->release(gone);
+    st->release(gone);  // twice is fine
+    expect_error([&] { st->tensor(gone); }, "\"" + gone + "\" was released");
+    for (const auto& n : st->names()) {
+      if (n == gone) continue;
+      const Tensor a = st->tensor(n), b = fresh->tensor(n);
+      ASSERT_EQ(a.nbytes(), b.nbytes()) << n;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << n;
+    }
+    expect_error([&] { st->release("no.such.tensor"); }, "missing tensor \"no.such.tensor\"");
+  }
 }
 
 }  // namespace

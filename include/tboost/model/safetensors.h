@@ -32,6 +32,7 @@ class SafeTensors {
     const void* data = nullptr;
     size_t bytes = 0;
     std::string file;
+    bool released = false;  // release() gave its memory back: no view any more
   };
 
   // A .safetensors file, or a directory holding model.safetensors or
@@ -46,6 +47,10 @@ class SafeTensors {
   std::vector<std::string> names() const;
   // Zero-copy view (throws for dtypes tboost has no type for, e.g. F64, BOOL).
   Tensor tensor(const std::string& name) const;
+  // Gives back the memory under a tensor that the caller has copied out and will not read
+  // through this object again: the whole pages inside its bytes (a file read into memory frees
+  // them; a mapped file drops them from the resident set). tensor() then throws for it.
+  void release(const std::string& name);
   size_t total_bytes() const { return total_bytes_; }
   const std::string& path() const { return path_; }
 
