@@ -477,9 +477,14 @@ constexpr int64_t kFarStreamAheadBytes = 1024;
 //   47.1-47.2 (fast mode).
 // Zen 4 (the same vendor's AVX-512 cores) is not measured. AVX2 machines (Zen 3) and Intel keep
 // the requests, measured to gain there (above).
-inline bool FarStreamsAskAhead() {
-  static const bool ask = !(cpu_features().vendor == "AuthenticAMD" && cpu_features().avx512f);
-  return ask;
+// From 3 x rows they keep asking: with 3 or 4 dots per weight vector the loop falls behind
+// the hardware prefetchers (bench-ops GEMV 2048x5632, asking against not: 4 rows 0.90-0.92 of
+// the read against 0.80-0.83 in the slow mode, 0.64-0.72 against 0.55-0.58 in the fast mode;
+// 3 rows 0.68 against 0.63 (f32, fast), 0.91-0.97 against 0.89-0.93 (slow); 2 rows 0.81-0.82
+// against 0.84-0.85 (fast), 0.94-1.00 against 0.96-1.01 (slow)).
+inline bool FarStreamsAskAhead(int64_t x_rows) {
+  static const bool amd_avx512 = cpu_features().vendor == "AuthenticAMD" && cpu_features().avx512f;
+  return !amd_avx512 || x_rows > 2;
 }
 
 // The sums of one whole item of kS blocks (kM x rows): block s's x row m at sums[s·64 + m·16 +
@@ -570,7 +575,7 @@ void DotRowsUpTo4(int64_t M, const float* x, int64_t ldx, const TW* w, int64_t l
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
 void GemvFarStreams(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
                     int64_t min_blocks) {
-  const bool ask = FarStreamsAskAhead();
+  const bool ask = FarStreamsAskAhead(a.M);
   const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(xl, ask)
                            : a.M == 2 ? FarPlanOf<2, TW>(xl, ask)
                            : a.M == 3 ? FarPlanOf<3, TW>(xl, ask)
