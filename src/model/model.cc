@@ -10,6 +10,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "tboost/core/cpu_features.h"
 #include "tboost/core/error.h"
 #include "tboost/graph/executor.h"
 #include "tboost/graph/graph.h"
@@ -394,6 +395,7 @@ enum class Mode { kPrefill, kExtend, kEncode };
 
 struct Builder {
   Graph g;
+  bool pack = false;  // LoadOptions::pack_weights
   int n = 0;
   std::map<const void*, TensorId> weight_ids;
   std::string nm(const std::string& s) { return s + "." + std::to_string(n++); }
@@ -414,6 +416,7 @@ struct Builder {
     p.activation = act;
     p.has_residual = res >= 0;
     p.residual_is_multiplier = mul;
+    p.constant_weight = pack;
     std::vector<TensorId> in = {x, w(wt)};
     if (p.has_bias) in.push_back(w(b));
     if (res >= 0) in.push_back(res);
@@ -458,8 +461,9 @@ struct GraphSpec {
 //            [block_tables (B, MB)], rows (R), caches
 // caches: key_l, value_l for every layer, (blocks, Hkv, block_size, D). Output: logits (R, V).
 Graph build_lm(const ModelConfig& c, const Weights& W, DType dt, Mode mode, bool paged,
-               DType cache_dt) {
+               DType cache_dt, bool pack) {
   Builder b;
+  b.pack = pack;
   Graph& g = b.g;
   const int64_t C = c.hidden, Hkv = c.kv_heads, D = c.head_dim;
   const bool pre = mode == Mode::kPrefill;
@@ -564,8 +568,9 @@ Graph build_lm(const ModelConfig& c, const Weights& W, DType dt, Mode mode, bool
 }
 
 // The encoder (BERT): ids, type_ids, positions (T), cu_seqlens (B+1) -> hidden (T, C).
-Graph build_encoder(const ModelConfig& c, const Weights& W) {
+Graph build_encoder(const ModelConfig& c, const Weights& W, bool pack) {
   Builder b;
+  b.pack = pack;
   Graph& g = b.g;
   const int64_t H = c.heads, D = c.head_dim;
   const TensorId ids = g.input("ids", DType::kI32, {"T"});
@@ -607,6 +612,7 @@ Tensor i32_tensor(const std::vector<int32_t>& v, const Shape& shape) {
 struct OptimizedTransformer::Impl {
   ModelConfig cfg;
   DType dt = DType::kF32;
+  bool pack = false;  // LoadOptions::pack_weights
   std::unique_ptr<Context> ctx;
   WeightArena arena;  // before src and W: their views point into it
   Source src;
@@ -620,8 +626,9 @@ struct OptimizedTransformer::Impl {
     auto key = std::make_tuple(static_cast<int>(m), paged, cache_dt);
     auto& e = exec[key];
     if (!e) {
-      auto g = std::make_shared<Graph>(
-          m == Mode::kEncode ? build_encoder(cfg, W) : build_lm(cfg, W, dt, m, paged, cache_dt));
+      auto g = std::make_shared<Graph>(m == Mode::kEncode
+                                           ? build_encoder(cfg, W, pack)
+                                           : build_lm(cfg, W, dt, m, paged, cache_dt, pack));
       e = graph::make_graph_executor(g);
     }
     return *e;
@@ -649,6 +656,7 @@ std::unique_ptr<OptimizedTransformer::Impl> OptimizedTransformer::make_impl(
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
   impl->dt = opt.dtype;
+  impl->pack = opt.pack_weights.value_or(cpu_features().amx_tile);
   ContextOptions co;
   co.num_threads = opt.threads;
   impl->ctx = std::make_unique<Context>(co);
@@ -706,6 +714,8 @@ std::vector<Tensor> OptimizedTransformer::decode_weights() const {
     if (t->data()) v.push_back(*t);
   return v;
 }
+
+bool OptimizedTransformer::packs_weights() const { return impl_->pack; }
 
 size_t OptimizedTransformer::weight_bytes_per_token() const {
   size_t b = 0;

@@ -423,6 +423,25 @@ TEST(Model, StackedWeightsAsViewsOrCopiesGiveTheSameLogits) {
   }
 }
 
+// LoadOptions::pack_weights: prefill's GEMMs on oneDNN's blocked copy of each weight, or on
+// the weights in place (the default). The same logits within f32 (bf16) rounding.
+TEST(Model, PackedAndInPlaceWeightsAgree) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    const auto ids = random_ids(37, 100, 5);
+    auto logits = [&](bool pack) {
+      auto m = OptimizedTransformer::from_pretrained(
+          data_dir("llama_tiny"), {.dtype = dt, .threads = 2, .pack_weights = pack});
+      auto s = m->new_session(1);
+      const int q = s->add_sequence();
+      return s->forward({q}, {ids}, true);
+    };
+    const Tensor a = logits(true), b = logits(false);
+    ASSERT_EQ(a.numel(), b.numel());
+    EXPECT_LE(rel_err(b.data_as<float>(), a.data_as<float>(), a.numel()), tol(dt) / 4);
+  }
+}
+
 TEST(SafeTensorsRelease, DropsOnlyThatTensor) {
   const std::string file = data_dir("llama_tiny") + "/model.safetensors";
   for (auto load : {SafeTensors::Load::kRead, SafeTensors::Load::kMmap}) {

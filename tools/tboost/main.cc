@@ -20,6 +20,10 @@
 
 namespace {
 
+constexpr const char* kPackWeightsHelp =
+    "Keep a second copy of each linear weight in oneDNN's blocked layout for prefill: faster "
+    "prefill at large shapes, twice the weight memory";
+
 // `tboost` is built without ONNX import (its protobuf runtime breaks libsentencepiece's, see
 // src/CMakeLists.txt); `optimize` runs in the sibling binary tboost-onnx, which has it. When
 // the sibling is missing, this binary goes on: --layer works, a model file is a clear error.
@@ -108,6 +112,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   bench->add_flag("--json", margs.json, "Print one JSON object");
   bench->add_flag("--mmap", margs.mmap, "Map the weights instead of reading them into memory");
+  bench->add_flag("--pack-weights", margs.pack, kPackWeightsHelp);
   bench
       ->add_option("--cache-dtype", margs.cache_dtype,
                    "KV cache f32 or bf16 (default: the model's dtype)")
@@ -183,6 +188,7 @@ int main(int argc, char** argv) {
     c->add_option("--dtype", m.dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
     c->add_option("--threads,-t", m.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096));
     c->add_flag("--mmap", m.mmap, "Map the weights instead of reading them into memory");
+    c->add_flag("--pack-weights", m.pack, kPackWeightsHelp);
   };
   tboost::tools::GenerateArgs gargs;
   auto* generate = app.add_subcommand("generate",

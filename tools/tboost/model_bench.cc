@@ -71,6 +71,7 @@ int run_model_bench(const ModelBenchArgs& a) {
   lo.dtype = parse_dtype(a.dtype);
   lo.threads = a.threads;
   lo.load = a.mmap ? model::SafeTensors::Load::kMmap : model::SafeTensors::Load::kRead;
+  if (a.pack) lo.pack_weights = true;
   std::unique_ptr<OptimizedTransformer> m =
       a.model.empty() ? OptimizedTransformer::from_config(model::ModelConfig::builtin(a.config), lo)
                       : OptimizedTransformer::from_pretrained(a.model, lo);
@@ -163,6 +164,7 @@ int run_model_bench(const ModelBenchArgs& a) {
     j["gen_tokens"] = a.gen;
     j["reps"] = a.reps;
     j["weights"] = a.mmap ? "mmap" : "read into memory";
+    j["pack_weights"] = m->packs_weights();
     std::cout << j.dump() << "\n";
   } else {
     std::printf("%s\n", m->describe(a.prompt).c_str());

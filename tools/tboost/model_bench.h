@@ -19,6 +19,7 @@ struct ModelBenchArgs {
   int reps = 5;
   bool json = false;
   bool mmap = false;        // weights mapped instead of read into memory
+  bool pack = false;        // LoadOptions::pack_weights
   std::string cache_dtype;  // "" (the model's dtype), f32 or bf16
 };
 

@@ -26,6 +26,7 @@ std::unique_ptr<OptimizedTransformer> load(const CommonModelArgs& a) {
   lo.dtype = parse_dtype(a.dtype);
   lo.threads = a.threads;
   lo.load = a.mmap ? model::SafeTensors::Load::kMmap : model::SafeTensors::Load::kRead;
+  if (a.pack) lo.pack_weights = true;
   return OptimizedTransformer::from_pretrained(a.model, lo);
 }
 

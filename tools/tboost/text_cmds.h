@@ -15,6 +15,7 @@ struct CommonModelArgs {
   std::string dtype = "f32";
   int threads = 0;
   bool mmap = false;
+  bool pack = false;  // LoadOptions::pack_weights
 };
 
 struct GenerateArgs {

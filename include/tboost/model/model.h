@@ -53,6 +53,13 @@ struct LoadOptions {
   DType dtype = DType::kF32;  // weights and activations (f32 or bf16)
   SafeTensors::Load load = SafeTensors::Load::kRead;
   int threads = 0;  // 0: all cores
+  // Prefill's GEMMs (oneDNN) read each linear weight from a second copy in oneDNN's blocked
+  // layout: twice the weight memory. On Zen 5 that bought 3-15% faster prefill (llama-110m
+  // and llama-1b, bench/RESULTS.md, "Zen 5, twenty-sixth session"), at 1.6-2x the peak RSS.
+  // false: weights are held once, as loaded, and read in place. Unset: packed only on CPUs with
+  // AMX, whose tile kernels read blocked weights (in place there is not measured). Decode (the
+  // GEMV) reads the weights in place either way.
+  std::optional<bool> pack_weights = std::nullopt;
 };
 
 class OptimizedTransformer {
@@ -75,6 +82,8 @@ class OptimizedTransformer {
   // (every matrix once, one embedding row).
   size_t weight_bytes() const;
   size_t weight_bytes_per_token() const;
+  // Whether prefill reads packed copies of the weights (LoadOptions::pack_weights, resolved).
+  bool packs_weights() const;
   // The weight tensors one decode step streams in full (every matrix, bias and norm once; the
   // embedding table, of which a step reads one row, is left out): a benchmark reads them in
   // turn with the decode as its bandwidth floor.
