@@ -174,9 +174,9 @@ struct Loader {
 
 struct LayerW {
   Tensor ln1_w, ln1_b, ln2_w, ln2_b;
-  // GPT-2: wq holds the fused (3C, C) c_attn, bq its bias; LLaMA: wq holds q, k and v stacked
-  // (q + 2·kv rows, Loader::get_stacked), bq their biases; wk, wv, bk, bv are BERT's.
-  Tensor wq, wk, wv, bq, bk, bv;
+  // q, k and v stacked (q + 2·kv rows) and their biases: GPT-2's fused c_attn; LLaMA's and
+  // BERT's separate projections through Loader::get_stacked.
+  Tensor wq, bq;
   Tensor wo, bo;
   // GPT-2/BERT: up = fc, down = proj. LLaMA: w_gate holds gate and up stacked (2F rows), read by
   // one GEMV whose output a SwiGLU activation takes; w_up is empty.
@@ -367,12 +367,11 @@ Weights load_weights(const ModelConfig& c, Source& src, DType dt, Loader& L) {
     for (int64_t l = 0; l < c.layers; ++l) {
       const std::string p = "encoder.layer." + std::to_string(l) + ".";
       LayerW lw;
-      lw.wq = L.get(p + "attention.self.query.weight", {C, C});
-      lw.bq = L.get(p + "attention.self.query.bias", {C});
-      lw.wk = L.get(p + "attention.self.key.weight", {C, C});
-      lw.bk = L.get(p + "attention.self.key.bias", {C});
-      lw.wv = L.get(p + "attention.self.value.weight", {C, C});
-      lw.bv = L.get(p + "attention.self.value.bias", {C});
+      const std::string a = p + "attention.self.";
+      lw.wq = L.get_stacked(
+          {{a + "query.weight", {C, C}}, {a + "key.weight", {C, C}}, {a + "value.weight", {C, C}}});
+      lw.bq =
+          L.get_stacked({{a + "query.bias", {C}}, {a + "key.bias", {C}}, {a + "value.bias", {C}}});
       lw.wo = L.get(p + "attention.output.dense.weight", {C, C});
       lw.bo = L.get(p + "attention.output.dense.bias", {C});
       lw.ln1_w = L.get(p + "attention.output.LayerNorm.weight", {C});
@@ -583,9 +582,12 @@ Graph build_encoder(const ModelConfig& c, const Weights& W, bool pack) {
   const TensorId e = g.add1(b.nm("add"), ops::ElementwiseParam{}, {tok, pe});
   TensorId h = b.norm(c, e, W.emb_ln_w, W.emb_ln_b, ops::NormLayer::kPostNorm, te)[0];
   for (const LayerW& L : W.layers) {
-    const TensorId q = b.view(graph::Reshape{{0, H, D}}, b.linear(h, L.wq, L.bq));
-    const TensorId k = b.view(graph::Reshape{{0, H, D}}, b.linear(h, L.wk, L.bk));
-    const TensorId v = b.view(graph::Reshape{{0, H, D}}, b.linear(h, L.wv, L.bv));
+    const TensorId qkv = b.linear(h, L.wq, L.bq);  // (T, 3C): one GEMM for q, k and v
+    auto part = [&](int64_t i) {
+      return b.view(graph::Reshape{{0, H, D}},
+                    b.view(graph::Slice{1, i * H * D, (i + 1) * H * D}, qkv));
+    };
+    const TensorId q = part(0), k = part(1), v = part(2);
     ops::AttentionParam ap;
     ap.varlen = true;
     const TensorId o = g.add(b.nm("attention"), ap, {q, k, v, cu, cu}, 2)[0];
@@ -706,9 +708,8 @@ std::vector<Tensor> OptimizedTransformer::decode_weights() const {
   const Weights& W = impl_->W;
   std::vector<Tensor> v;
   for (const LayerW& L : W.layers)
-    for (const Tensor* t :
-         {&L.ln1_w, &L.ln1_b, &L.wq, &L.bq, &L.wk, &L.bk, &L.wv, &L.bv, &L.wo, &L.bo, &L.ln2_w,
-          &L.ln2_b, &L.w_up, &L.b_up, &L.w_gate, &L.w_down, &L.b_down})
+    for (const Tensor* t : {&L.ln1_w, &L.ln1_b, &L.wq, &L.bq, &L.wo, &L.bo, &L.ln2_w, &L.ln2_b,
+                            &L.w_up, &L.b_up, &L.w_gate, &L.w_down, &L.b_down})
       if (t->data()) v.push_back(*t);
   for (const Tensor* t : {&W.norm_w, &W.norm_b, &W.lm_head})
     if (t->data()) v.push_back(*t);
