@@ -262,6 +262,18 @@ def timed(n, t, c):
     return n / wall, (time.process_time() - c) / (wall * THREADS)
 
 
+def peak_rss_bytes():
+    """This process's peak resident set so far (VmHWM), in bytes; 0 where /proc has none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("checkpoint", help="HF checkpoint dir (config.json + model.safetensors), "
@@ -350,6 +362,12 @@ def main():
         L.llama_synchronize(ctx)
         return timed(n, t, c)
 
+    # Peak RSS of the model, its context and one prompt's compute, taken before the floor's
+    # buffer (as large as the weights) is allocated. It includes this Python process (tens of
+    # MB); tboost's figure includes its own process the same way.
+    run_pp(args.pp)
+    peak_rss = peak_rss_bytes()
+
     probe = None
     if args.read_probe and os.path.exists(args.read_probe):
         probe = ctypes.CDLL(args.read_probe)
@@ -416,6 +434,7 @@ def main():
         "convert_s": round(convert_s, 2), "load_s": round(load_s, 2),
         "llama_cpp_python": L.__version__,
         "system_info": L.llama_print_system_info().decode().strip(),
+        "peak_rss_bytes": peak_rss,
         "cpu": platform.processor() or platform.machine(), **floor}))
 
 
