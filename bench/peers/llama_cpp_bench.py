@@ -407,8 +407,7 @@ def main():
             reads_all.extend(reads)
         return n / wall, cpu / (wall * THREADS)
 
-    run_pp(args.pp)  # warm-ups, as llama-bench: one prompt, one generated token
-    run_tg(1)
+    run_tg(1)  # warm-ups, as llama-bench: one prompt (above, before the RSS), one token
     pp, pp_util = zip(*[run_pp(args.pp) for _ in range(args.reps)])
     tg, tg_util = zip(*[run_tg(args.tg, floor=True) for _ in range(args.reps)])
     floor = {}

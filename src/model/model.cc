@@ -145,14 +145,12 @@ struct Loader {
     Shape shape = parts.at(0).second;
     shape[0] = 0;
     bool adjacent = true;
+    const char* end = nullptr;  // just past the previous part's bytes
     for (const auto& [name, want] : parts) {
-      ts.push_back(checked(name, want));
-      const Tensor& t = ts.back();
+      const Tensor& t = ts.emplace_back(checked(name, want));
       shape[0] += want[0];
-      adjacent = adjacent && t.dtype() == dtype &&
-                 (ts.size() == 1 ||
-                  static_cast<const char*>(ts[ts.size() - 2].data()) + ts[ts.size() - 2].nbytes() ==
-                      t.data());
+      adjacent = adjacent && t.dtype() == dtype && (!end || end == t.data());
+      end = static_cast<const char*>(t.data()) + t.nbytes();
     }
     Tensor out;
     if (adjacent) {

@@ -432,6 +432,7 @@ TEST(Model, PackedAndInPlaceWeightsAgree) {
     auto logits = [&](bool pack) {
       auto m = OptimizedTransformer::from_pretrained(
           data_dir("llama_tiny"), {.dtype = dt, .threads = 2, .pack_weights = pack});
+      EXPECT_EQ(m->packs_weights(), pack);
       auto s = m->new_session(1);
       const int q = s->add_sequence();
       return s->forward({q}, {ids}, true);

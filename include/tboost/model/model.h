@@ -55,7 +55,7 @@ struct LoadOptions {
   int threads = 0;  // 0: all cores
   // Prefill's GEMMs (oneDNN) read each linear weight from a second copy in oneDNN's blocked
   // layout: twice the weight memory. On Zen 5 that bought 3-15% faster prefill (llama-110m
-  // and llama-1b, bench/RESULTS.md, "Zen 5, twenty-sixth session"), at 1.6-2x the peak RSS.
+  // and llama-1b, bench/RESULTS.md, "Zen 5, twenty-sixth session"), at 1.5-1.8x the peak RSS.
   // false: weights are held once, as loaded, and read in place. Unset: packed only on CPUs with
   // AMX, whose tile kernels read blocked weights (in place there is not measured). Decode (the
   // GEMV) reads the weights in place either way.

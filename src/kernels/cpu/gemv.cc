@@ -482,9 +482,10 @@ constexpr int64_t kFarStreamAheadBytes = 1024;
 // the read against 0.80-0.83 in the slow mode, 0.64-0.72 against 0.55-0.58 in the fast mode;
 // 3 rows 0.68 against 0.63 (f32, fast), 0.91-0.97 against 0.89-0.93 (slow); 2 rows 0.81-0.82
 // against 0.84-0.85 (fast), 0.94-1.00 against 0.96-1.01 (slow)).
-inline bool FarStreamsAskAhead(int64_t x_rows) {
+constexpr int kFarQuietMaxRows = 2;
+inline bool FarStreamsAskAhead() {
   static const bool amd_avx512 = cpu_features().vendor == "AuthenticAMD" && cpu_features().avx512f;
-  return !amd_avx512 || x_rows > 2;
+  return !amd_avx512;
 }
 
 // The sums of one whole item of kS blocks (kM x rows): block s's x row m at sums[s·64 + m·16 +
@@ -534,8 +535,7 @@ struct FarPlan {
   void (*dots)(const float*, int64_t, const TW*, int64_t, int64_t, int64_t, float*);
   int64_t streams;
 };
-// With `ask`, each stream asks for its lines kFarStreamAheadBytes ahead (kStreamAheadBytes for
-// vdpbf16ps rows); without, it leaves them to the hardware prefetchers (FarStreamsAskAhead).
+// Each stream asks for its lines kAhead bytes ahead (kAheadDp for vdpbf16ps rows; 0: not at all).
 template <int kM, class TW, int64_t kAhead, int64_t kAheadDp>
 FarPlan<TW> FarPlanAt(XLayout xl) {
   if constexpr (std::is_same_v<TW, bf16_t>) {
@@ -550,10 +550,13 @@ FarPlan<TW> FarPlanAt(XLayout xl) {
   constexpr int kS = RowsAtOnce(kM);
   return {&FarItemDots<kM, kS, XLayout::kF32, TW, kAhead>, kS};
 }
+// Up to kFarQuietMaxRows x rows, the streams leave their lines to the hardware prefetchers
+// where FarStreamsAskAhead says so; more rows always ask.
 template <int kM, class TW>
-FarPlan<TW> FarPlanOf(XLayout xl, bool ask) {
-  return ask ? FarPlanAt<kM, TW, kFarStreamAheadBytes, kStreamAheadBytes>(xl)
-             : FarPlanAt<kM, TW, 0, 0>(xl);
+FarPlan<TW> FarPlanOf(XLayout xl) {
+  if constexpr (kM <= kFarQuietMaxRows)
+    if (!FarStreamsAskAhead()) return FarPlanAt<kM, TW, 0, 0>(xl);
+  return FarPlanAt<kM, TW, kFarStreamAheadBytes, kStreamAheadBytes>(xl);
 }
 
 // DotRows for 1-4 x rows given at run time.
@@ -575,11 +578,10 @@ void DotRowsUpTo4(int64_t M, const float* x, int64_t ldx, const TW* w, int64_t l
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
 void GemvFarStreams(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
                     int64_t min_blocks) {
-  const bool ask = FarStreamsAskAhead(a.M);
-  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(xl, ask)
-                           : a.M == 2 ? FarPlanOf<2, TW>(xl, ask)
-                           : a.M == 3 ? FarPlanOf<3, TW>(xl, ask)
-                                      : FarPlanOf<4, TW>(xl, ask);
+  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(xl)
+                           : a.M == 2 ? FarPlanOf<2, TW>(xl)
+                           : a.M == 3 ? FarPlanOf<3, TW>(xl)
+                                      : FarPlanOf<4, TW>(xl);
   const int64_t kS = plan.streams;
   const TW* w = static_cast<const TW*>(a.w);
   const int64_t Q = (blocks + kS - 1) / kS;
