@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -30,6 +31,36 @@ std::shared_ptr<void> aligned_buffer(size_t bytes) {
   if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
 #endif
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+std::shared_ptr<void> zeroed_buffer(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes < 2 * kHuge) {
+    std::shared_ptr<void> p = aligned_buffer(bytes);
+    if (bytes) std::memset(p.get(), 0, bytes);
+    return p;
+  }
+  TBOOST_CHECK_CODE(bytes <= (size_t{1} << 62), ErrorCode::kOutOfMemory, "allocation of ", bytes,
+                    " bytes is beyond any machine");
+  // Map 2 MiB more than asked and unmap the unaligned head and the tail, so the buffer starts
+  // on a huge-page boundary. Anonymous pages read as zero until written, and take memory only
+  // then: Tensor::zeros(KV cache of 8192 positions) for SmolLM2 (377 MB in f32) had memset,
+  // and so committed, all of it before the first token.
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  const size_t span = rounded + kHuge;
+  void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  TBOOST_CHECK_CODE(m != MAP_FAILED, ErrorCode::kOutOfMemory, "could not map ", bytes,
+                    " bytes of zeroed memory");
+  const auto base = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
+  if (start > base) munmap(m, start - base);
+  const uintptr_t end = start + rounded, map_end = base + span;
+  if (map_end > end) munmap(reinterpret_cast<void*>(end), map_end - end);
+  void* p = reinterpret_cast<void*>(start);
+#ifdef MADV_HUGEPAGE
+  madvise(p, rounded, MADV_HUGEPAGE);  // advice only
+#endif
+  return std::shared_ptr<void>(p, [rounded](void* q) { munmap(q, rounded); });
 }
 
 std::string shape_to_string(const Shape& shape) {
@@ -106,21 +137,30 @@ std::string TensorDesc::to_string() const {
   return s;
 }
 
+namespace {
+// Bytes of a contiguous tensor of this shape; throws kOutOfMemory, naming it, when too large.
+size_t alloc_bytes(const TensorDesc& d, const Shape& shape) {
+  const int64_t n = d.numel();
+  TBOOST_CHECK_CODE(n <= (int64_t{1} << 60) / static_cast<int64_t>(dtype_size(d.dtype)),
+                    ErrorCode::kOutOfMemory, "tensor ", shape_to_string(shape), " of ",
+                    dtype_name(d.dtype), " is too large to allocate");
+  return static_cast<size_t>(n) * dtype_size(d.dtype);
+}
+}  // namespace
+
 Tensor Tensor::empty(DType dtype, const Shape& shape) {
   Tensor t;
   t.desc_ = TensorDesc::contiguous(dtype, shape);
-  const int64_t n = t.desc_.numel();
-  TBOOST_CHECK_CODE(n <= (int64_t{1} << 60) / static_cast<int64_t>(dtype_size(dtype)),
-                    ErrorCode::kOutOfMemory, "tensor ", shape_to_string(shape), " of ",
-                    dtype_name(dtype), " is too large to allocate");
-  t.storage_ = aligned_buffer(static_cast<size_t>(n) * dtype_size(dtype));
+  t.storage_ = aligned_buffer(alloc_bytes(t.desc_, shape));
   t.data_ = t.storage_.get();
   return t;
 }
 
 Tensor Tensor::zeros(DType dtype, const Shape& shape) {
-  Tensor t = empty(dtype, shape);
-  if (t.data_) std::memset(t.data_, 0, t.nbytes());
+  Tensor t;
+  t.desc_ = TensorDesc::contiguous(dtype, shape);
+  t.storage_ = zeroed_buffer(alloc_bytes(t.desc_, shape));
+  t.data_ = t.storage_.get();
   return t;
 }
 

@@ -114,3 +114,44 @@ TEST(Tensor, SizesThatOverflowAndEmptyDims) {
 }
 }  // namespace
 }  // namespace tboost
+
+namespace tboost {
+namespace {
+// Resident bytes of this process (/proc/self/statm, second field, in pages).
+int64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  long long size = 0, res = 0;
+  const int got = std::fscanf(f, "%lld %lld", &size, &res);
+  std::fclose(f);
+  return got == 2 ? res * 4096 : -1;
+}
+
+TEST(Tensor, LargeZerosTakeMemoryOnlyWhereWritten) {
+  EXPECT_THROW(Tensor::zeros(DType::kF32, {int64_t{1} << 62, 8}), Error);
+  // Small and large, odd sizes: every element reads zero, and is 64-byte aligned.
+  for (int64_t n : {int64_t{1}, int64_t{1000003}, int64_t{(6 << 20) + 17}}) {
+    Tensor z = Tensor::zeros(DType::kBF16, {n});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(z.data()) % 64, 0u);
+    const auto* p = static_cast<const uint16_t*>(z.data());
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < n; ++i) nonzero += p[i] != 0;
+    EXPECT_EQ(nonzero, 0) << n;
+  }
+  const int64_t before = resident_bytes();
+  if (before < 0) GTEST_SKIP() << "no /proc/self/statm";
+  // 256 MiB of zeros: resident only where written (a KV cache sized for a whole context).
+  Tensor big = Tensor::zeros(DType::kF32, {64, 1 << 20});
+  const int64_t made = resident_bytes();
+  EXPECT_LT(made - before, int64_t{16} << 20);
+  float* f = static_cast<float*>(big.data());
+  for (int64_t i = 0; i < (1 << 20); ++i) f[i] = 1.0f;  // the first 4 MiB
+  f[int64_t{64} * (1 << 20) - 1] = 2.0f;                // and the last element
+  const int64_t written = resident_bytes();
+  EXPECT_LT(written - before, int64_t{24} << 20);
+  EXPECT_EQ(f[(1 << 20) - 1], 1.0f);
+  EXPECT_EQ(f[1 << 20], 0.0f);
+  EXPECT_EQ(f[int64_t{64} * (1 << 20) - 1], 2.0f);
+}
+}  // namespace
+}  // namespace tboost

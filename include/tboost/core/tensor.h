@@ -56,7 +56,9 @@ class Tensor {
 
   // Owning, 64-byte aligned, contiguous, uninitialized.
   static Tensor empty(DType dtype, const Shape& shape);
-  // Owning and zero-filled.
+  // Owning and zero-filled. Large ones (4 MiB and up) are fresh zero pages from the OS that
+  // take memory only where they are first touched: a KV cache sized for a model's whole
+  // context costs only the tokens written to it.
   static Tensor zeros(DType dtype, const Shape& shape);
   static Tensor view(void* data, DType dtype, const Shape& shape) {
     return Tensor(TensorDesc::contiguous(dtype, shape), data);
@@ -98,6 +100,9 @@ class Tensor {
 
 // Allocates 64-byte-aligned memory; throws kOutOfMemory with the size on failure.
 std::shared_ptr<void> aligned_buffer(size_t bytes);
+// Zero-filled, 64-byte-aligned memory. From 4 MiB on, fresh anonymous pages (2 MiB aligned,
+// huge pages advised, as aligned_buffer's): no memset, and resident only once touched.
+std::shared_ptr<void> zeroed_buffer(size_t bytes);
 
 // Inputs and outputs of one op invocation. The caller owns all of them.
 struct VariantPack {
