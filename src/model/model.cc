@@ -39,6 +39,14 @@ using graph::TensorId;
 // per tensor decoded 84-88 tok/s against 98-103 from a checkpoint read into one buffer.
 class WeightArena {
  public:
+  // One chunk of `bytes` up front, taking memory only as tensors are written into it: a model
+  // read from its checkpoint lies in one region. With 64 MiB chunks, each chunk's last huge
+  // page was resident and the rest of it unused (llama-1b bf16: 31 MB more than the weights).
+  void reserve(size_t bytes) {
+    chunks_.push_back(zeroed_buffer(bytes));
+    cur_ = static_cast<char*>(chunks_.back().get());
+    left_ = bytes;
+  }
   Tensor alloc(DType dt, const Shape& shape) {
     const size_t bytes =
         (static_cast<size_t>(TensorDesc::contiguous(dt, shape).numel()) * dtype_size(dt) + 63) /
@@ -86,47 +94,65 @@ struct Loader {
   WeightArena& arena;
   bool any_view = false;
   size_t bytes = 0;
-  // The source tensor `name`, checked: present, a floating dtype, of shape `want`.
-  Tensor checked(const std::string& name, const Shape& want) const {
+  // Checks the source tensor `name`: present, a floating dtype, of shape `want`. Only the
+  // checkpoint's header is looked at: nothing is read.
+  void check(const std::string& name, const Shape& want) const {
     if (!src.has(name)) fail(src.where() + ": missing tensor \"" + src.prefix + name + "\"");
+    Shape have;
     if (src.st) {
       const auto& e = src.st->entry(src.prefix + name);
       if (!e.supported || !is_floating(e.dtype))
         throw Error(ErrorCode::kDTypeMismatch, src.where() + ": tensor \"" + src.prefix + name +
                                                    "\" has dtype " + e.dtype_name +
                                                    " (expected F32, F16 or BF16)");
+      have = e.shape;
+    } else {
+      have = src.raw(name).shape();
     }
-    Tensor t = src.raw(name);
-    if (t.shape() != want)
+    if (have != want)
       fail(src.where() + ": tensor \"" + src.prefix + name + "\" has shape " +
-           shape_to_string(t.shape()) + ", expected " + shape_to_string(want) + " from the config");
-    return t;
+           shape_to_string(have) + ", expected " + shape_to_string(want) + " from the config");
   }
+  // A checkpoint read on demand (SafeTensors::Load::kRead): each weight is read from the file
+  // straight into the arena (converted on the way where the dtypes differ), so the model never
+  // holds a tensor twice. Otherwise (mapped, or made here) weights are views where they can be.
+  bool reads() const { return src.st && src.st->load() == SafeTensors::Load::kRead; }
   Tensor get(const std::string& name, const Shape& expect, bool transpose = false) {
     Shape want = expect;
     if (transpose) std::swap(want[0], want[1]);
-    const Tensor t = checked(name, want);
+    check(name, want);
     Tensor out;
     if (transpose) {
       // (K, N) -> (N, K) in 64 x 64 tiles through f32.
       const int64_t R = expect[0], K = expect[1];
-      std::vector<float> src(static_cast<size_t>(t.numel())), dst(src.size());
-      convert(src.data(), DType::kF32, t.data(), t.dtype(), t.numel());
+      std::vector<float> src32(static_cast<size_t>(R * K)), dst(src32.size());
+      if (src.st)
+        src.st->read_into(src.prefix + name, src32.data(), DType::kF32);
+      else
+        convert(src32.data(), DType::kF32, src.raw(name).data(), src.raw(name).dtype(), R * K);
       for (int64_t k0 = 0; k0 < K; k0 += 64)
         for (int64_t r0 = 0; r0 < R; r0 += 64)
           for (int64_t k = k0; k < std::min(K, k0 + 64); ++k)
             for (int64_t r = r0; r < std::min(R, r0 + 64); ++r)
-              dst[static_cast<size_t>(r * K + k)] = src[static_cast<size_t>(k * R + r)];
+              dst[static_cast<size_t>(r * K + k)] = src32[static_cast<size_t>(k * R + r)];
       out = arena.alloc(dtype, expect);
-      convert(out.data(), dtype, dst.data(), DType::kF32, t.numel());
-    } else if (t.dtype() != dtype) {
+      convert(out.data(), dtype, dst.data(), DType::kF32, R * K);
+      release_source(name);
+    } else if (reads()) {
       out = arena.alloc(dtype, expect);
-      convert(out.data(), dtype, t.data(), t.dtype(), t.numel());
+      src.st->read_into(src.prefix + name, out.data(), dtype);
+      release_source(name);
     } else {
-      out = t;
-      any_view = true;
+      const Tensor t = src.raw(name);
+      if (t.dtype() != dtype) {
+        out = arena.alloc(dtype, expect);
+        convert(out.data(), dtype, t.data(), t.dtype(), t.numel());
+        release_source(name);
+      } else {
+        out = t;
+        any_view = true;
+      }
     }
-    if (out.data() != t.data()) release_source(name);
     bytes += out.nbytes();
     return out;
   }
@@ -141,15 +167,18 @@ struct Loader {
   // one after another in the model's dtype (gate and up do in a checkpoint stored in name
   // order; random weights are made so); otherwise a copy, each source released.
   Tensor get_stacked(const std::vector<std::pair<std::string, Shape>>& parts) {
-    std::vector<Tensor> ts;
     Shape shape = parts.at(0).second;
     shape[0] = 0;
-    bool adjacent = true;
-    const char* end = nullptr;  // just past the previous part's bytes
     for (const auto& [name, want] : parts) {
-      const Tensor& t = ts.emplace_back(checked(name, want));
+      check(name, want);
       shape[0] += want[0];
-      adjacent = adjacent && t.dtype() == dtype && (!end || end == t.data());
+    }
+    std::vector<Tensor> ts;
+    bool adjacent = !reads();
+    const char* end = nullptr;  // just past the previous part's bytes
+    for (size_t i = 0; i < parts.size() && adjacent; ++i) {
+      const Tensor& t = ts.emplace_back(src.raw(parts[i].first));
+      adjacent = t.dtype() == dtype && (!end || end == t.data());
       end = static_cast<const char*>(t.data()) + t.nbytes();
     }
     Tensor out;
@@ -159,10 +188,16 @@ struct Loader {
     } else {
       out = arena.alloc(dtype, shape);
       char* at = static_cast<char*>(out.data());
-      for (size_t i = 0; i < ts.size(); ++i) {
-        convert(at, dtype, ts[i].data(), ts[i].dtype(), ts[i].numel());
-        at += static_cast<size_t>(ts[i].numel()) * dtype_size(dtype);
-        release_source(parts[i].first);
+      for (const auto& [name, want] : parts) {
+        const int64_t n = TensorDesc::contiguous(dtype, want).numel();
+        if (src.st) {
+          src.st->read_into(src.prefix + name, at, dtype);
+        } else {
+          const Tensor t = src.raw(name);
+          convert(at, dtype, t.data(), t.dtype(), n);
+        }
+        at += static_cast<size_t>(n) * dtype_size(dtype);
+        release_source(name);
       }
     }
     bytes += out.nbytes();
@@ -670,6 +705,15 @@ std::unique_ptr<OptimizedTransformer> OptimizedTransformer::from_pretrained(
   const ModelConfig cfg = ModelConfig::from_file((fs::path(dir) / "config.json").string());
   auto impl = make_impl(cfg, opt);
   impl->src.st = SafeTensors::open(dir, opt.load);
+  if (opt.load == SafeTensors::Load::kRead) {  // every weight is read into the arena
+    size_t need = 0;  // the floating tensors in the model's dtype (the arena's 64-byte steps)
+    for (const auto& n : impl->src.st->names()) {
+      const auto& e = impl->src.st->entry(n);
+      if (e.supported && is_floating(e.dtype))
+        need += (e.bytes / dtype_size(e.dtype) * dtype_size(impl->dt) + 63) / 64 * 64;
+    }
+    impl->arena.reserve(need);
+  }
   Loader L{impl->src, impl->dt, impl->arena};
   impl->W = load_weights(impl->cfg, impl->src, impl->dt, L);
   impl->bytes = L.bytes;

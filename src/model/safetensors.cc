@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -51,13 +53,25 @@ const char* st_name(DType t) {
 
 struct SafeTensors::Mapping {
   std::string file;
+  int fd = -1;  // kRead: open until the SafeTensors goes
   void* map = nullptr;
   size_t map_bytes = 0;
-  std::shared_ptr<void> buffer;
-  const char* base = nullptr;
   size_t size = 0;
   ~Mapping() {
     if (map) munmap(map, map_bytes);
+    if (fd >= 0) ::close(fd);
+  }
+  // Reads n bytes at offset off into dst; false when the file ends first or read fails.
+  bool read_at(void* dst, size_t n, uint64_t off) const {
+    char* d = static_cast<char*>(dst);
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd, d + done, n - done, static_cast<off_t>(off + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      done += static_cast<size_t>(r);
+    }
+    return true;
   }
 };
 
@@ -68,54 +82,48 @@ void SafeTensors::add_file(const std::string& file, Load load) {
   m->file = file;
   const int fd = ::open(file.c_str(), O_RDONLY);
   if (fd < 0) bad(file, std::string("cannot open: ") + std::strerror(errno));
+  m->fd = fd;  // closed by ~Mapping on every path out
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    bad(file, "cannot stat");
-  }
+  if (fstat(fd, &st) != 0) bad(file, "cannot stat");
   m->size = static_cast<size_t>(st.st_size);
-  if (m->size < 8) {
-    ::close(fd);
+  if (m->size < 8)
     bad(file,
         "truncated: " + std::to_string(m->size) + " bytes, less than the 8-byte header length");
-  }
+  const char* base = nullptr;  // the file's first byte (kMmap) or the header's copy (kRead)
+  std::string head;
   if (load == Load::kMmap) {
     m->map = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
     ::close(fd);
+    m->fd = -1;
     if (m->map == MAP_FAILED) {
       m->map = nullptr;
       bad(file, "mmap failed");
     }
     m->map_bytes = m->size;
-    m->base = static_cast<const char*>(m->map);
+    base = static_cast<const char*>(m->map);
   } else {
-    m->buffer = aligned_buffer(m->size);
-    char* dst = static_cast<char*>(m->buffer.get());
-    size_t done = 0;
-    while (done < m->size) {
-      const ssize_t n = ::read(fd, dst + done, m->size - done);
-      if (n <= 0) {
-        ::close(fd);
-        bad(file, "read failed after " + std::to_string(done) + " bytes");
-      }
-      done += static_cast<size_t>(n);
-    }
-    ::close(fd);
-    m->base = dst;
+    head.resize(8);
+    if (!m->read_at(head.data(), 8, 0)) bad(file, "cannot read the header length");
   }
+  if (!base) base = head.data();
   uint64_t hlen = 0;
-  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | static_cast<unsigned char>(m->base[i]);
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | static_cast<unsigned char>(base[i]);
   if (hlen > m->size - 8)
     bad(file, "truncated or corrupt: header length " + std::to_string(hlen) + " but only " +
                   std::to_string(m->size - 8) + " bytes follow");
+  if (load == Load::kRead) {
+    head.resize(8 + hlen);
+    if (!m->read_at(head.data() + 8, hlen, 8)) bad(file, "cannot read the header");
+    base = head.data();
+  }
   json h;
   try {
-    h = json::parse(m->base + 8, m->base + 8 + hlen);
+    h = json::parse(base + 8, base + 8 + hlen);
   } catch (const std::exception& e) {
     bad(file, std::string("header is not valid JSON: ") + e.what());
   }
   if (!h.is_object()) bad(file, "header is not a JSON object");
-  const char* data = m->base + 8 + hlen;
+  const uint64_t data_at = 8 + hlen;
   const size_t data_size = m->size - 8 - hlen;
   for (auto it = h.begin(); it != h.end(); ++it) {
     const std::string& name = it.key();
@@ -159,7 +167,8 @@ void SafeTensors::add_file(const std::string& file, Load load) {
       bad(file, where + ": " + std::to_string(en_ - b) + " data bytes for shape " +
                     e["shape"].dump() + " of " + en.dtype_name + " (expected " +
                     std::to_string(numel * di->size) + ")");
-    en.data = data + b;
+    en.data = load == Load::kMmap ? base + data_at + b : nullptr;
+    en.offset = data_at + b;
     en.bytes = en_ - b;
     if (entries_.count(name))
       bad(file, where + " appears twice (also in " + entries_[name].file + ")");
@@ -172,6 +181,7 @@ void SafeTensors::add_file(const std::string& file, Load load) {
 std::shared_ptr<SafeTensors> SafeTensors::open(const std::string& path, Load load) {
   std::shared_ptr<SafeTensors> st(new SafeTensors());
   st->path_ = path;
+  st->load_ = load;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     const fs::path dir(path);
@@ -226,7 +236,7 @@ std::vector<std::string> SafeTensors::names() const {
   return v;
 }
 
-Tensor SafeTensors::tensor(const std::string& name) const {
+const SafeTensors::Entry& SafeTensors::usable(const std::string& name) const {
   const Entry& e = entry(name);
   if (!e.supported)
     throw Error(ErrorCode::kDTypeMismatch,
@@ -235,7 +245,51 @@ Tensor SafeTensors::tensor(const std::string& name) const {
   if (e.released)
     throw Error(ErrorCode::kInvalidArgument,
                 e.file + ": tensor \"" + name + "\" was released after it was copied out");
-  return Tensor::view(const_cast<void*>(e.data), e.dtype, e.shape);
+  return e;
+}
+
+Tensor SafeTensors::tensor(const std::string& name) const {
+  const Entry& e = usable(name);
+  if (e.data || e.bytes == 0) return Tensor::view(const_cast<void*>(e.data), e.dtype, e.shape);
+  std::shared_ptr<void>& buf = read_[name];
+  if (!buf) {
+    std::shared_ptr<void> b = aligned_buffer(e.bytes);
+    read_into(name, b.get(), e.dtype);
+    buf = std::move(b);
+  }
+  return Tensor::view(buf.get(), e.dtype, e.shape);
+}
+
+void SafeTensors::read_into(const std::string& name, void* dst, DType dtype) const {
+  const Entry& e = usable(name);
+  const auto numel = static_cast<int64_t>(e.bytes / dtype_size(e.dtype));
+  const void* have = e.data;
+  if (auto it = read_.find(name); !have && it != read_.end()) have = it->second.get();
+  if (have || e.bytes == 0) {
+    convert(dst, dtype, have, e.dtype, numel);
+    return;
+  }
+  const Mapping* m = nullptr;
+  for (const auto& f : files_)
+    if (f->file == e.file) m = f.get();
+  auto failed = [&](size_t done) {
+    bad(e.file, "tensor \"" + name + "\": read failed after " + std::to_string(done) + " of " +
+                    std::to_string(e.bytes) + " bytes (file changed or truncated since opened?)");
+  };
+  if (dtype == e.dtype) {
+    if (!m->read_at(dst, e.bytes, e.offset)) failed(0);
+    return;
+  }
+  // Another dtype: a few MiB at a time through a buffer, converted into dst.
+  const size_t es = dtype_size(e.dtype), ds = dtype_size(dtype);
+  const size_t piece = std::min<size_t>(e.bytes, (size_t{4} << 20) / es * es);
+  std::vector<char> buf(piece);
+  for (size_t done = 0; done < e.bytes; done += piece) {
+    const size_t n = std::min(piece, e.bytes - done);
+    if (!m->read_at(buf.data(), n, e.offset + done)) failed(done);
+    convert(static_cast<char*>(dst) + done / es * ds, dtype, buf.data(), e.dtype,
+            static_cast<int64_t>(n / es));
+  }
 }
 
 void SafeTensors::release(const std::string& name) {
@@ -245,10 +299,12 @@ void SafeTensors::release(const std::string& name) {
   Entry& e = it->second;
   if (e.released) return;
   e.released = true;
+  read_.erase(name);  // kRead: the buffer tensor() read it into, if any
+  if (!e.data) return;
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto b = reinterpret_cast<uintptr_t>(e.data), end = b + e.bytes;
   const uintptr_t lo = (b + page - 1) / page * page, hi = end / page * page;
-  // Advice only: where it fails, the bytes stay resident and nothing else changes.
+  // Advice only: where it fails, the pages stay resident and nothing else changes.
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 

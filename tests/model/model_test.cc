@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "tboost/core/error.h"
 #include "tools/tboost/npy.h"
@@ -459,6 +460,45 @@ TEST(SafeTensorsRelease, DropsOnlyThatTensor) {
     }
     expect_error([&] { st->release("no.such.tensor"); }, "missing tensor \"no.such.tensor\"");
   }
+}
+
+// SafeTensors::read_into: the elements converted into the caller's memory, read from the file
+// (kRead: a few MiB at a time where the dtypes differ, so a 6 MB tensor crosses pieces) or
+// from the mapping, equal to tensor() converted. A file cut short after it was opened gives an
+// error naming the tensor, not short data.
+TEST(SafeTensorsReadInto, ConvertsWhileReadingAndNamesShortReads) {
+  Scratch s("llama_tiny");
+  const std::string file = (s.dir / "big.safetensors").string();
+  const int64_t n = (int64_t{3} << 19) + 7;  // 6 MB of f32, odd
+  Tensor a = Tensor::empty(DType::kF32, {n}), b = Tensor::empty(DType::kBF16, {n / 2 + 1});
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) a.data_as<float>()[i] = nd(rng);
+  convert(b.data(), DType::kBF16, a.data(), DType::kF32, b.numel());
+  save_safetensors(file, {{"a", a}, {"b", b}});
+  for (auto load : {SafeTensors::Load::kRead, SafeTensors::Load::kMmap}) {
+    auto st = SafeTensors::open(file, load), ref = SafeTensors::open(file, load);
+    EXPECT_EQ(st->load(), load);
+    for (const std::string name : {"a", "b"}) {
+      const Tensor t = ref->tensor(name);
+      for (DType to : {DType::kF32, DType::kBF16, DType::kF16}) {
+        SCOPED_TRACE(name + " to " + dtype_name(to));
+        const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(to);
+        std::vector<char> want(bytes), got(bytes + 64, 0x5a);  // poisoned, with a guard tail
+        convert(want.data(), to, t.data(), t.dtype(), t.numel());
+        st->read_into(name, got.data(), to);
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), bytes), 0);
+        for (size_t i = bytes; i < got.size(); ++i) ASSERT_EQ(got[i], 0x5a) << "wrote past the end";
+      }
+    }
+    st->release("a");
+    expect_error([&] { st->read_into("a", a.data(), DType::kF32); }, "\"a\" was released");
+  }
+  auto st = SafeTensors::open(file);  // kRead: headers only so far
+  fs::resize_file(file, fs::file_size(file) - 4096);
+  std::vector<float> out(static_cast<size_t>(n));
+  expect_error([&] { st->read_into("b", out.data(), DType::kF32); }, "tensor \"b\": read failed");
+  expect_error([&] { st->tensor("b"); }, "tensor \"b\": read failed");
 }
 
 }  // namespace
