@@ -49,6 +49,8 @@ echo "== model CLI smoke runs (bench, perplexity, tokenize, generate, embed) and
 TB=./build/release/tools/tboost/tboost
 $TB bench --config llama-tiny -p 32 -n 8 -r 1 --json >/dev/null
 $TB bench --config llama-tiny -p 32 -n 8 -r 1 --cache-dtype bf16 --json >/dev/null
+# At depth (-d): the runs start from a cache of 40 tokens, whose KV bytes the JSON counts.
+$TB bench --config llama-tiny -p 32 -n 8 -d 40 -r 1 --json | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); sys.exit(0 if d['depth']==40 and d['kv_bytes_per_token']>0 and d['tg_tokens_per_s']>0 and d['pp_tokens_per_s']>0 else 1)"
 $TB bench --model tests/data/models/gpt2_tiny -p 16 -n 4 -r 1 >/dev/null
 echo "3,14,15,92,65,35,89,79" > build/ids.txt
 $TB perplexity -m tests/data/models/llama_tiny --ids build/ids.txt --dump-logits build/ppl_logits.npy
@@ -137,6 +139,7 @@ expect_fail() {
 expect_fail $TB bench --model /nonexistent/model
 expect_fail $TB bench --config no-such-config
 expect_fail $TB bench --config llama-tiny -p 5000 -n 1
+expect_fail $TB bench --config llama-tiny -p 32 -n 8 -d 100000
 expect_fail $TB bench --config llama-tiny --dtype f16
 echo "1,2,x" > build/bad_ids.txt
 expect_fail $TB perplexity -m tests/data/models/llama_tiny --ids build/bad_ids.txt

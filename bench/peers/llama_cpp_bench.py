@@ -22,6 +22,9 @@
    pp: one llama_decode of a --pp-token batch (logits of the last token only), synchronized.
    tg: --tg llama_decode calls of one token each (BOS first, then random ids), each
        synchronized, starting from position 0.
+   --depth D (llama-bench's -d): each pp and tg run starts from a cache already holding D
+       tokens (BOS and random ids, decoded in --batch pieces, untimed); "kv_bytes_per_token"
+       and "tg_floor_fraction_with_kv" then count the f16 cache a step reads as well.
    Medians and sample standard deviations of tokens/s are printed as one JSON line, with
    each run's figure and the lowest CPU share of a run (process CPU time / (wall x
    threads); below ~0.9 another process took the cores: rerun when the machine is idle).
@@ -284,6 +287,9 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--pp", type=int, default=512)
     ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--depth", type=int, default=0,
+                    help="tokens in the KV cache before each pp and tg run (untimed), as "
+                    "llama-bench's -d")
     ap.add_argument("--batch", type=int, default=512, help="n_batch = n_ubatch")
     ap.add_argument("--fa", choices=["auto", "on", "off"], default="auto",
                     help="flash attention (llama-bench's default: auto)")
@@ -329,7 +335,7 @@ def main():
     if not model:
         raise SystemExit(f"llama.cpp could not load {gguf_path}")
     cp = L.llama_context_default_params()
-    cp.n_ctx = max(args.pp, args.tg + 1) + 128
+    cp.n_ctx = args.depth + max(args.pp, args.tg + 1) + 128
     cp.n_batch = cp.n_ubatch = args.batch
     cp.n_seq_max = 1
     cp.n_threads = cp.n_threads_batch = args.threads
@@ -352,9 +358,21 @@ def main():
         if rc != 0:
             raise SystemExit(f"llama_decode returned {rc}")
 
-    def run_pp(n):
+    def fill_depth():  # the cache at --depth tokens (BOS first), untimed
         L.llama_memory_clear(mem, False)
-        ids = [bos if bos is not None else rng.randrange(n_vocab)] + \
+        if args.depth > 0:
+            ids = [bos if bos is not None else rng.randrange(n_vocab)] + \
+                [rng.randrange(n_vocab) for _ in range(args.depth - 1)]
+            for i in range(0, args.depth, args.batch):
+                decode(ids[i:i + args.batch])
+            L.llama_synchronize(ctx)
+
+    def first_id():  # BOS opens an empty cache; at depth the run continues the sequence
+        return bos if bos is not None and args.depth == 0 else rng.randrange(n_vocab)
+
+    def run_pp(n):
+        fill_depth()
+        ids = [first_id() if bos is not None else rng.randrange(n_vocab)] + \
             [rng.randrange(n_vocab) for _ in range(n - 1)]
         t, c = time.perf_counter(), time.process_time()
         for i in range(0, n, args.batch):  # one call when n <= n_batch, as pp512 is
@@ -381,11 +399,17 @@ def main():
         floor_ptr = probe.tboost_read_buffer_new(streamed)
         if not floor_ptr:
             raise SystemExit(f"could not allocate the {streamed}-byte floor buffer")
-    reads_all, fracs = [], []
+    reads_all, fracs, fracs_kv = [], [], []
+    # KV bytes a tg step reads, mean over the run: the f16 cache (llama.cpp's default type_k /
+    # type_v) of every layer at the step's context, as tboost bench counts its own.
+    n_layer, n_head = L.llama_model_n_layer(model), L.llama_model_n_head(model)
+    head_dim = L.llama_model_n_embd(model) // n_head
+    kv_bpt = (args.depth + (args.tg + 1) / 2) * n_layer * 2 * L.llama_model_n_head_kv(model) * \
+        head_dim * 2
 
     def run_tg(n, floor=False):
-        L.llama_memory_clear(mem, False)
-        ids = [bos if bos is not None else rng.randrange(n_vocab)] + \
+        fill_depth()
+        ids = [first_id()] + \
             [rng.randrange(n_vocab) for _ in range(n - 1)]
         arrs = [(L.llama_token * 1)(i) for i in ids]
         wall = cpu = 0.0
@@ -404,6 +428,7 @@ def main():
             # floor tokens/s = (streamed / read seconds) / bytes per token
             read_s = statistics.median(reads)
             fracs.append(n / wall * read_s * bpt / streamed)
+            fracs_kv.append(n / wall * read_s * (bpt + kv_bpt) / streamed)
             reads_all.extend(reads)
         return n / wall, cpu / (wall * THREADS)
 
@@ -414,13 +439,15 @@ def main():
     if fracs:
         floor = {"tg_floor_fraction": round(statistics.median(fracs), 4),
                  "dram_read_gbps": round(streamed / statistics.median(reads_all) / 1e9, 2),
-                 "weight_bytes_per_token": bpt, "tg_floor_fractions": [round(x, 4) for x in fracs]}
+                 "weight_bytes_per_token": bpt, "tg_floor_fractions": [round(x, 4) for x in fracs],
+                 "kv_bytes_per_token": kv_bpt,
+                 "tg_floor_fraction_with_kv": round(statistics.median(fracs_kv), 4)}
 
     L.llama_free(ctx)
     L.llama_model_free(model)
     print(json.dumps({
         "peer": "llama.cpp", "model": name, "dtype": args.type.lower(),
-        "threads": args.threads, "pp_tokens": args.pp, "tg_tokens": args.tg,
+        "threads": args.threads, "pp_tokens": args.pp, "tg_tokens": args.tg, "depth": args.depth,
         "reps": args.reps,
         "pp_tokens_per_s": round(statistics.median(pp), 2), "pp_sd": round(sd(pp), 2),
         "tg_tokens_per_s": round(statistics.median(tg), 2), "tg_sd": round(sd(tg), 2),

@@ -108,6 +108,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   bench->add_option("-n,--gen", margs.gen, "Decode tokens")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  bench
+      ->add_option("-d,--depth", margs.depth,
+                   "Tokens already in the KV cache before each pp and tg run (prefilled, "
+                   "untimed), as llama-bench's -d")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   bench->add_option("-r,--reps", margs.reps, "Repetitions after one warm-up")
       ->check(CLI::Range(1, 1000));
   bench->add_flag("--json", margs.json, "Print one JSON object");

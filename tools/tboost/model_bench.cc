@@ -1,6 +1,7 @@
-// Whole-model benchmark, llama-bench style: pp = one prompt of `prompt` tokens from an empty
-// cache; tg = `gen` single-token decode steps from an empty cache; each repeated `reps` times
-// after one untimed warm-up (graph plans, packed weights), medians and standard deviations.
+// Whole-model benchmark, llama-bench style: pp = one prompt of `prompt` tokens; tg = `gen`
+// single-token decode steps; each from a cache holding `depth` tokens (-d, prefilled untimed;
+// 0: empty), repeated `reps` times after one untimed warm-up (graph plans, packed weights),
+// medians and standard deviations.
 // The decode floor is measured in turn with the decode: every kReadEvery tokens of each tg
 // run, the clock stops and a plain read of the very weights a step streams (every matrix once;
 // OptimizedTransformer::decode_weights) is timed on the same threads. Each run's floor is its
@@ -78,14 +79,14 @@ int run_model_bench(const ModelBenchArgs& a) {
   const model::ModelConfig& c = m->config();
   if (!c.causal()) throw Error(ErrorCode::kInvalidArgument, "bench needs a causal LM");
   const int threads = m->context().num_threads();
-  const int64_t need = a.prompt + a.gen;
+  const int64_t need = a.depth + std::max(a.prompt, a.gen);
   model::TuningParams tp = m->tuning_params();
   tp.max_seq_length = std::max<int64_t>(need, 1);
   if (need > c.max_positions)
-    throw Error(ErrorCode::kInvalidArgument, "-p + -n = " + std::to_string(need) +
+    throw Error(ErrorCode::kInvalidArgument, "-d + max(-p, -n) = " + std::to_string(need) +
                                                  " tokens, longer than the context (" +
                                                  std::to_string(c.max_positions) + ")");
-  tp.prefill_chunk = std::max<int64_t>(a.prompt, 1);
+  tp.prefill_chunk = std::max<int64_t>(a.prompt, 512);  // pp in one chunk; depth in chunks
   if (!a.cache_dtype.empty()) tp.cache_dtype = parse_dtype(a.cache_dtype);
   m->set_tuning_params(tp);
   const int64_t V = c.vocab;
@@ -98,12 +99,26 @@ int run_model_bench(const ModelBenchArgs& a) {
     return seconds_since(t0);
   };
   const double bpt = static_cast<double>(m->weight_bytes_per_token());
+  // KV bytes a decode step reads, on average over the tg run: every layer's k and v rows of
+  // the context (depth + the step's position).
+  const DType cache_dt = tp.cache_dtype.value_or(m->dtype());
+  const double kv_bpt = (static_cast<double>(a.depth) + static_cast<double>(a.gen + 1) / 2.0) *
+                        static_cast<double>(c.layers * 2 * c.kv_heads * c.head_dim) *
+                        static_cast<double>(dtype_size(cache_dt));
+  // A session whose sequence holds `depth` tokens already (untimed): prefilled in prompt-sized
+  // chunks, as a long prompt would be.
+  auto session_at_depth = [&](uint32_t seed, int* q) {
+    auto s = m->new_session(1);
+    *q = s->add_sequence();
+    if (a.depth > 0) s->forward({*q}, {random_ids(a.depth, V, seed)});
+    return s;
+  };
   constexpr int64_t kReadEvery = 16;
-  std::vector<double> pp, tg, frac, reads_all;
+  std::vector<double> pp, tg, frac, frac_kv, reads_all;
   for (int r = 0; r <= a.reps; ++r) {  // r = 0: warm-up
     if (a.prompt > 0) {
-      auto s = m->new_session(1);
-      const int q = s->add_sequence();
+      int q = 0;
+      auto s = session_at_depth(static_cast<uint32_t>(r + 500), &q);
       const auto p = random_ids(a.prompt, V, static_cast<uint32_t>(r + 1));
       const auto t0 = std::chrono::steady_clock::now();
       s->forward({q}, {p});
@@ -111,8 +126,8 @@ int run_model_bench(const ModelBenchArgs& a) {
       if (r > 0) pp.push_back(static_cast<double>(a.prompt) / t);
     }
     if (a.gen > 0) {
-      auto s = m->new_session(1);
-      const int q = s->add_sequence();
+      int q = 0;
+      auto s = session_at_depth(static_cast<uint32_t>(r + 700), &q);
       const auto g = random_ids(a.gen, V, static_cast<uint32_t>(100 + r));
       double t = 0;
       std::vector<double> reads;
@@ -127,6 +142,7 @@ int run_model_bench(const ModelBenchArgs& a) {
         tg.push_back(tps);
         // Floor tokens/s = (streamed / read_s) / bytes per token.
         frac.push_back(tps * read_s * bpt / streamed);
+        frac_kv.push_back(tps * read_s * (bpt + kv_bpt) / streamed);
         reads_all.insert(reads_all.end(), reads.begin(), reads.end());
       }
     }
@@ -158,6 +174,11 @@ int run_model_bench(const ModelBenchArgs& a) {
     j["pp_runs"] = pp;  // each run's figure, as the peers' scripts print them
     j["tg_runs"] = tg;
     j["tg_floor_fractions"] = frac;
+    j["depth"] = a.depth;
+    // The KV rows a step reads (mean over the run) and the floor fraction counting them with
+    // the weights: at depth the cache is a real part of a step's bytes.
+    j["kv_bytes_per_token"] = kv_bpt;
+    j["tg_floor_fraction_with_kv"] = median(frac_kv);
     j["peak_rss_bytes"] = rss;
     j["dram_read_gbps"] = read_gbps;
     j["prompt_tokens"] = a.prompt;
@@ -169,18 +190,25 @@ int run_model_bench(const ModelBenchArgs& a) {
   } else {
     std::printf("%s\n", m->describe(a.prompt).c_str());
     std::printf("| model | dtype | threads | test | t/s |\n|---|---|---|---|---|\n");
+    const std::string at =
+        a.depth > 0 ? " @ d" + std::to_string(static_cast<long long>(a.depth)) : "";
     if (a.prompt > 0)
-      std::printf("| %s | %s | %d | pp%lld | %.2f ± %.2f |\n", name.c_str(), a.dtype.c_str(),
-                  threads, static_cast<long long>(a.prompt), sp.median, sp.sd);
+      std::printf("| %s | %s | %d | pp%lld%s | %.2f ± %.2f |\n", name.c_str(), a.dtype.c_str(),
+                  threads, static_cast<long long>(a.prompt), at.c_str(), sp.median, sp.sd);
     if (a.gen > 0)
-      std::printf("| %s | %s | %d | tg%lld | %.2f ± %.2f |\n", name.c_str(), a.dtype.c_str(),
-                  threads, static_cast<long long>(a.gen), sg.median, sg.sd);
+      std::printf("| %s | %s | %d | tg%lld%s | %.2f ± %.2f |\n", name.c_str(), a.dtype.c_str(),
+                  threads, static_cast<long long>(a.gen), at.c_str(), sg.median, sg.sd);
     std::printf(
         "decode floor: %.1f MB of weights per token / %.1f GB/s (a plain read of those weights, "
         "in turn with the decode) = %.1f tok/s; tg at %.0f%% of it (median over runs, each "
         "against its own reads). Peak RSS %.0f MB. Weights %s.\n",
         bpt / 1e6, read_gbps, floor_tps, 100.0 * floor_frac, rss / 1e6,
         a.mmap ? "memory-mapped" : "read into memory");
+    if (a.depth > 0 && a.gen > 0)
+      std::printf(
+          "At depth %lld a step also reads %.1f MB of KV cache (mean over the run): tg at %.0f%% "
+          "of the floor counting weights and cache.\n",
+          static_cast<long long>(a.depth), kv_bpt / 1e6, 100.0 * median(frac_kv));
   }
   return 0;
 }

@@ -16,6 +16,7 @@ struct ModelBenchArgs {
   int threads = 0;
   int64_t prompt = 512;  // -p: prefill tokens
   int64_t gen = 128;     // -n: decode tokens
+  int64_t depth = 0;     // -d: tokens already in the cache before each pp and tg run
   int reps = 5;
   bool json = false;
   bool mmap = false;        // weights mapped instead of read into memory
