@@ -33,10 +33,11 @@ using graph::TensorId;
 
 // ---- weights ---------------------------------------------------------------------------------
 
-// Weights the model makes itself (converted, transposed, random) are carved one after another
-// from large chunks: chunks of 4 MiB and more sit on 2 MiB pages (aligned_buffer), and decode
-// streams every weight once per token. Measured: llama-110m bf16 with one small-page buffer
-// per tensor decoded 84-88 tok/s against 98-103 from a checkpoint read into one buffer.
+// Weights the model makes itself (read from a checkpoint, converted, transposed, random) are
+// carved one after another from large chunks: chunks of 4 MiB and more sit on 2 MiB pages
+// (aligned_buffer, zeroed_buffer), and decode streams every weight once per token. Measured:
+// llama-110m bf16 with one small-page buffer per tensor decoded 84-88 tok/s against 98-103 from a
+// checkpoint read into one buffer.
 class WeightArena {
  public:
   // One chunk of `bytes` up front, taking memory only as tensors are written into it: a model
@@ -86,8 +87,10 @@ struct Source {
   std::string where() const { return st ? st->path() : std::string("random weights"); }
 };
 
-// One weight in the model's dtype and layout: a view of the source when nothing changes,
-// otherwise a converted (and for GPT-2's Conv1D, transposed) copy, its source released.
+// One weight in the model's dtype and layout. From a checkpoint read on demand: read into the
+// arena (converted, and for GPT-2's Conv1D transposed, where needed). From a mapped checkpoint
+// or random weights: a view of the source when nothing changes, otherwise a converted
+// (transposed) copy, its source released.
 struct Loader {
   const Source& src;
   DType dtype;
@@ -163,9 +166,10 @@ struct Loader {
   }
   // Several weights stacked along their first dim into one tensor in the model's dtype (a
   // LLaMA layer's q, k, v projections; its gate and up projections), so one GEMV streams them
-  // all. parts: (name, shape); the shapes agree past dim 0. A view where the parts already lie
-  // one after another in the model's dtype (gate and up do in a checkpoint stored in name
-  // order; random weights are made so); otherwise a copy, each source released.
+  // all. parts: (name, shape); the shapes agree past dim 0. A checkpoint read on demand reads
+  // the parts into their places in the arena. Otherwise a view where the parts already lie one
+  // after another in the model's dtype (gate and up do in a checkpoint stored in name order;
+  // random weights are made so), else a copy, each source released.
   Tensor get_stacked(const std::vector<std::pair<std::string, Shape>>& parts) {
     Shape shape = parts.at(0).second;
     shape[0] = 0;

@@ -379,10 +379,11 @@ void write_in_order(const std::string& path, const SafeTensors& st,
 }
 
 // A LLaMA layer's q, k, v (and their biases) and its gate and up projections are stacked into
-// one weight each: a view where the checkpoint stores them one after another, a copy otherwise
-// (Loader::get_stacked). A file in name order has k, o, q, v (copied) and gate, up (a view); the
-// same tensors reordered so that q, k, v lie together are taken as views. Both give the same
-// logits, bit for bit, read into memory or mapped.
+// one weight each (Loader::get_stacked): read into place from a file read on demand; from a
+// mapped file a view where the checkpoint stores them one after another, a copy otherwise. A
+// file in name order has k, o, q, v (copied when mapped) and gate, up (a view); the same tensors
+// reordered so that q, k, v lie together are taken as views. All give the same logits, bit for
+// bit.
 TEST(Model, StackedWeightsAsViewsOrCopiesGiveTheSameLogits) {
   for (const std::string name : {"llama_tiny", "qwen2_tiny"}) {
     SCOPED_TRACE(name);
