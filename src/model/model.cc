@@ -2,6 +2,7 @@
 #include "tboost/model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "src/kernels/cpu/kernels.h"
+#include "src/model/step_ways.h"
 #include "tboost/core/cpu_features.h"
 #include "tboost/core/error.h"
 #include "tboost/graph/executor.h"
@@ -658,6 +661,7 @@ struct OptimizedTransformer::Impl {
   Weights W;
   size_t bytes = 0;
   TuningParams tune;
+  StepWays ways;  // how decode steps' weight streams read, learned across sessions
   // Executors per (mode, paged, cache dtype), made on first use.
   std::map<std::tuple<int, bool, DType>, std::unique_ptr<graph::GraphExecutor>> exec;
 
@@ -987,7 +991,16 @@ Tensor OptimizedTransformer::Session::forward(const std::vector<int>& seqs,
     std::vector<const int32_t*> tk;
     for (size_t i : dec) sq.push_back(seqs[i]), tk.push_back(tokens[i].data());
     Tensor tmp = Tensor::empty(DType::kF32, {static_cast<int64_t>(dec.size()), s.m->cfg.vocab});
+    // The step's weight-stream way (StepWays), reset for whatever this thread runs next.
+    const bool choose = kernels::weight_stream_hint_applies();
+    struct WayGuard {
+      explicit WayGuard(bool nta) { kernels::set_weight_stream_nta(nta); }
+      ~WayGuard() { kernels::set_weight_stream_nta(false); }
+    } guard(choose && s.m->ways.begin());
+    const auto t0 = std::chrono::steady_clock::now();
     s.extend(sq, tk, 1, all_logits, tmp, 0);
+    if (choose)
+      s.m->ways.end(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (size_t j = 0; j < dec.size(); ++j)
       std::memcpy(static_cast<float*>(out.data()) + at[dec[j]] * s.m->cfg.vocab,
                   static_cast<float*>(tmp.data()) + static_cast<int64_t>(j) * s.m->cfg.vocab,

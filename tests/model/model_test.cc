@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "src/model/step_ways.h"
 #include "tboost/core/error.h"
 #include "tools/tboost/npy.h"
 
@@ -500,6 +501,46 @@ TEST(SafeTensorsReadInto, ConvertsWhileReadingAndNamesShortReads) {
   std::vector<float> out(static_cast<size_t>(n));
   expect_error([&] { st->read_into("b", out.data(), DType::kF32); }, "tensor \"b\": read failed");
   expect_error([&] { st->tensor("b"); }, "tensor \"b\": read failed");
+}
+
+// StepWays: one step in kEvery runs the other way and the step after it the current one; the
+// current way changes once the other is kMargin faster on the average of a few such pairs, and
+// not on noise below that, nor on a single outlier.
+TEST(StepWays, SwitchesToTheFasterWayAndStaysOnNoise) {
+  auto run = [](StepWays& w, int steps, double t0, double t1, int* ran_other = nullptr,
+                uint32_t seed = 1) {
+    for (int i = 0; i < steps; ++i) {
+      const bool way = w.begin();
+      if (ran_other && way != w.current()) ++*ran_other;
+      seed = seed * 1664525u + 1013904223u;
+      const double noise = 1.0 + 0.01 * (static_cast<double>(seed >> 8) / 16777216.0 - 0.5);
+      w.end((way ? t1 : t0) * noise);
+    }
+  };
+  {  // equal within +-0.5%: no switch in 4000 steps; the other way on one step in kEvery
+    StepWays w;
+    int other = 0;
+    run(w, 4000, 1.0, 1.0, &other);
+    EXPECT_FALSE(w.current());
+    EXPECT_EQ(other, 4000 / static_cast<int>(StepWays::kEvery));
+  }
+  {  // the other way 4% faster: taken within a few explorations; then 4% slower: back
+    StepWays w;
+    run(w, 8 * static_cast<int>(StepWays::kEvery), 1.0, 0.96);
+    EXPECT_TRUE(w.current());
+    run(w, 8 * static_cast<int>(StepWays::kEvery), 1.0, 1.04);
+    EXPECT_FALSE(w.current());
+  }
+  {  // one explored step 3x faster (a preempted reference step) among equal ones: no switch
+    StepWays w;
+    run(w, 3 * static_cast<int>(StepWays::kEvery), 1.0, 1.0);
+    for (int i = 0; i < static_cast<int>(StepWays::kEvery); ++i) {
+      const bool explore = w.begin() != w.current();
+      w.end(explore ? 0.33 : 1.0);
+    }
+    run(w, 2 * static_cast<int>(StepWays::kEvery), 1.0, 1.0);
+    EXPECT_FALSE(w.current());
+  }
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 // of every kind; weight changes, in-place residual, re-planning on update and thread changes.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 
+#include "src/kernels/cpu/kernels.h"
 #include "tests/ops/harness.h"
 
 namespace tboost::testing {
@@ -572,6 +574,34 @@ TEST(LinearOp, SmallMRunsGemv) {
     const std::string impl = op->impl_info();
     EXPECT_EQ(impl.find("gemv") != std::string::npos, m <= 8) << "M=" << m << ": " << impl;
   }
+}
+
+// The weight-stream hint (kernels::set_weight_stream_nta: prefetchnta requests in the decode
+// GEMVs' far streams) changes only how weights are fetched: outputs are bitwise the same with
+// it on or off, for 1 and 2 x rows, f32 and bf16 weights (vdpbf16ps where the CPU has it),
+// matrices whose last item is short, and the hint goes back off.
+TEST(LinearOp, WeightStreamHintLeavesOutputsBitwiseEqual) {
+  Rng rng;
+  Context ctx;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (int64_t m : {1, 2}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " M=" + std::to_string(m));
+      auto op = create_operation(LinearParam{.has_residual = true});
+      Buffer x = random_tensor(rng, dt, {m, 328}, false);
+      Buffer w = random_tensor(rng, dt, {1000, 328}, false);  // 63 blocks of 16 outputs
+      Buffer r = random_tensor(rng, dt, {m, 1000}, false);
+      Tensor y0 = Tensor::empty(dt, {m, 1000}), y1 = Tensor::empty(dt, {m, 1000});
+      run_operation(*op, {{x.view, w.view, r.view}, {y0}}, ctx);
+      kernels::set_weight_stream_nta(true);
+      EXPECT_TRUE(kernels::weight_stream_nta());
+      run_operation(*op, {{x.view, w.view, r.view}, {y1}}, ctx);
+      kernels::set_weight_stream_nta(false);
+      EXPECT_NE(op->impl_info().find("gemv"), std::string::npos) << op->impl_info();
+      EXPECT_EQ(std::memcmp(y0.data(), y1.data(), y0.nbytes()), 0);
+      expect_close(y1, reference_y(x.view, w.view, to_f64(r.view), Activation::kNone),
+                   tolerance(dt, 328));
+    }
+  EXPECT_FALSE(kernels::weight_stream_nta());
 }
 
 // A residual laid out unlike y is staged with y's row stride: oneDNN 2.6 otherwise drops to

@@ -120,7 +120,7 @@ HWY_INLINE void AskGroupAhead(const TW* w, int64_t ldw, int64_t k, int64_t K) {
 // rows, and the kR·kM accumulators are independent FMA chains. With one row at a time and
 // several x rows, each weight vector fed kM FMAs behind kM x loads: at M = 4 the weight stream
 // ran at half the speed of M = 1 (bench/RESULTS.md, "batched decode").
-// kRowAhead: the distance of the per-row requests (without kGroupAhead); 0: none.
+// kRowAhead: how each row asks for its lines (without kGroupAhead; StreamAheadAs).
 template <int kR, int kM, bool kGroupAhead = false, int64_t kRowAhead = kGemvAheadBytes, class TW>
 HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, int64_t K,
                         float* out) {
@@ -138,7 +138,9 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
     if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      if constexpr (!kGroupAhead && kRowAhead > 0) StreamAheadAt(w + r * ldw, k, kRowAhead);
+      if constexpr (!kGroupAhead && kRowAhead != 0)
+        if (((k * static_cast<int64_t>(sizeof(TW))) & 63) == 0)
+          StreamAheadAs<kRowAhead>(w + r * ldw + k);
       wv[r] = LoadF(d, w + r * ldw + k);
     }
 #pragma GCC unroll 16
@@ -240,7 +242,8 @@ HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, i
     if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      if constexpr (!kGroupAhead && kRowAhead > 0) StreamAheadAt(w + r * ldw, k, kRowAhead);
+      if constexpr (!kGroupAhead && kRowAhead != 0)
+        if (((k * 2) & 63) == 0) StreamAheadAs<kRowAhead>(w + r * ldw + k);
       WidenPairs(d, w + r * ldw + k, &we[r], &wo[r]);
     }
 #pragma GCC unroll 16
@@ -297,7 +300,7 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotRowsBf16Dp(const uint32_t* x2, int64_t
 }
 
 // kR weight rows at once (see DotRowN): each x vector loaded once for all of them, each weight
-// line asked for kAhead bytes ahead (0: not asked for).
+// line asked for as StreamAheadAs<kAhead> says.
 template <int kR, int kM, int64_t kAhead = kStreamAheadBytes>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotRowsBf16DpN(const uint32_t* x2, int64_t ldx2,
                                                     const bf16_t* w, int64_t ldw, int64_t K,
@@ -311,7 +314,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotRowsBf16DpN(const uint32_t* x2, int64_t 
   for (int64_t p = 0; p < P; p += 16) {
     __m512i wv[kR];
     for (int r = 0; r < kR; ++r) {
-      if constexpr (kAhead > 0) StreamAhead(wr[r] + p, kAhead);
+      StreamAheadAs<kAhead>(wr[r] + p);
       wv[r] = _mm512_loadu_si512(wr[r] + p);
     }
     for (int m = 0; m < kM; ++m) {
@@ -483,10 +486,7 @@ constexpr int64_t kFarStreamAheadBytes = 1024;
 // 3 rows 0.68 against 0.63 (f32, fast), 0.91-0.97 against 0.89-0.93 (slow); 2 rows 0.81-0.82
 // against 0.84-0.85 (fast), 0.94-1.00 against 0.96-1.01 (slow)).
 constexpr int kFarQuietMaxRows = 2;
-inline bool FarStreamsAskAhead() {
-  static const bool amd_avx512 = cpu_features().vendor == "AuthenticAMD" && cpu_features().avx512f;
-  return !amd_avx512;
-}
+inline bool FarStreamsAskAhead() { return !weight_stream_hint_applies(); }
 
 // The sums of one whole item of kS blocks (kM x rows): block s's x row m at sums[s·64 + m·16 +
 // j] (Epilogue's layout). Not inlined, and templated on neither the output type nor the
@@ -499,7 +499,7 @@ HWY_INLINE void ScatterItemRow(const float* t, int64_t j, float* sums) {
     for (int m = 0; m < kM; ++m) sums[s * 64 + m * 16 + j] = t[m * 16 + s];
 }
 
-// kAhead: the distance each stream asks for its lines at (0: not asked for; FarPlanOf).
+// kAhead: how each stream asks for its lines (StreamAheadAs; FarPlanOf).
 template <int kM, int kS, XLayout kXL, class TW, int64_t kAhead>
 HWY_NOINLINE void FarItemDots(const float* xf, int64_t ldx, const TW* wi, int64_t ldw,
                               int64_t apart, int64_t K, float* sums) {
@@ -551,11 +551,22 @@ FarPlan<TW> FarPlanAt(XLayout xl) {
   return {&FarItemDots<kM, kS, XLayout::kF32, TW, kAhead>, kS};
 }
 // Up to kFarQuietMaxRows x rows, the streams leave their lines to the hardware prefetchers
-// where FarStreamsAskAhead says so; more rows always ask.
+// where FarStreamsAskAhead says so, or with `nta` (weight_stream_nta) ask for each line
+// kFarNtaAheadBytes ahead with prefetchnta; more rows always ask.
+// The second way, measured on Zen 5 against the first (`tboost bench -p 1 -n 128`, runs in
+// turn): with the host's memory in its slow mode (plain reads of 48-56 GB/s) llama-110m f32
+// 116.2-116.9 tokens/s (0.99 of the read) against 112.2-114.2 (0.92-0.93), SmolLM2-135M bf16
+// 0.87-0.92 against 0.84-0.85; in its fast mode (70-98 GB/s) llama-110m f32 157.5 (0.93) against
+// 163.4 (1.01), SmolLM2 bf16 0.76-0.79 against 0.84. The small ops between the GEMVs run 5-12%
+// faster with it (the weights no longer push their data out of the caches), which a timing of
+// the GEMVs alone does not see: the choice is made per decode step (step_ways.h).
+constexpr int64_t kFarNtaAheadBytes = 1024;
 template <int kM, class TW>
-FarPlan<TW> FarPlanOf(XLayout xl) {
+FarPlan<TW> FarPlanOf(XLayout xl, bool nta) {
   if constexpr (kM <= kFarQuietMaxRows)
-    if (!FarStreamsAskAhead()) return FarPlanAt<kM, TW, 0, 0>(xl);
+    if (!FarStreamsAskAhead())
+      return nta ? FarPlanAt<kM, TW, -kFarNtaAheadBytes, -kFarNtaAheadBytes>(xl)
+                 : FarPlanAt<kM, TW, 0, 0>(xl);
   return FarPlanAt<kM, TW, kFarStreamAheadBytes, kStreamAheadBytes>(xl);
 }
 
@@ -578,10 +589,11 @@ void DotRowsUpTo4(int64_t M, const float* x, int64_t ldx, const TW* w, int64_t l
 template <class TW, class TY, ops::ActivationType kAct, bool kHasAct>
 void GemvFarStreams(const GemvArgs& a, const float* xf, XLayout xl, int64_t ldx, int64_t blocks,
                     int64_t min_blocks) {
-  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(xl)
-                           : a.M == 2 ? FarPlanOf<2, TW>(xl)
-                           : a.M == 3 ? FarPlanOf<3, TW>(xl)
-                                      : FarPlanOf<4, TW>(xl);
+  const bool nta = weight_stream_nta();
+  const FarPlan<TW> plan = a.M == 1   ? FarPlanOf<1, TW>(xl, nta)
+                           : a.M == 2 ? FarPlanOf<2, TW>(xl, nta)
+                           : a.M == 3 ? FarPlanOf<3, TW>(xl, nta)
+                                      : FarPlanOf<4, TW>(xl, nta);
   const int64_t kS = plan.streams;
   const TW* w = static_cast<const TW*>(a.w);
   const int64_t Q = (blocks + kS - 1) / kS;
@@ -719,5 +731,14 @@ HWY_AFTER_NAMESPACE();
 namespace tboost::kernels {
 HWY_EXPORT(GemvForward);
 void gemv_forward(const GemvArgs& a) { HWY_DYNAMIC_DISPATCH(GemvForward)(a); }
+namespace {
+thread_local bool t_weight_stream_nta = false;
+}
+void set_weight_stream_nta(bool on) { t_weight_stream_nta = on; }
+bool weight_stream_nta() { return t_weight_stream_nta; }
+bool weight_stream_hint_applies() {  // the CPUs whose far streams are quiet (FarStreamsAskAhead)
+  static const bool amd_avx512 = cpu_features().vendor == "AuthenticAMD" && cpu_features().avx512f;
+  return amd_avx512;
+}
 }  // namespace tboost::kernels
 #endif

@@ -210,6 +210,14 @@ template <class T>
 HWY_INLINE void StreamAheadAt(const T* row, int64_t i, int64_t ahead = kStreamAheadBytes) {
   if (((i * static_cast<int64_t>(sizeof(T))) & 63) == 0) StreamAhead(row + i, ahead);
 }
+// The weight streams' distance template argument (gemv.cc): > 0 asks for each line that many
+// bytes ahead (StreamAhead), < 0 asks -ahead bytes ahead without temporal locality
+// (prefetchnta: the line is not kept in the outer caches), 0 leaves the lines to the hardware.
+template <int64_t kAhead, class T>
+HWY_INLINE void StreamAheadAs(const T* p) {
+  if constexpr (kAhead > 0) StreamAhead(p, kAhead);
+  if constexpr (kAhead < 0) __builtin_prefetch(reinterpret_cast<const char*>(p) - kAhead, 0, 0);
+}
 
 // Partial vectors: the n < Lanes(d) remaining elements go through a stack buffer, so no
 // load or store ever touches memory past the end of a row.

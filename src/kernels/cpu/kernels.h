@@ -274,6 +274,15 @@ struct GemvArgs {
   bool ftz = true;
 };
 void gemv_forward(const GemvArgs& a);
+// How the decode GEMVs' weight streams read, for GEMVs called from this thread. Where
+// weight_stream_hint_applies() (AMD's AVX-512 cores, whose GEMVs of 1-2 x rows otherwise leave
+// their lines to the hardware prefetchers), `true` asks for each weight line 1 KiB ahead with
+// prefetchnta, which keeps the weights out of the outer caches; elsewhere the hint does nothing.
+// Neither way wins on every host state (gemv.cc), so OptimizedTransformer picks one per decode
+// step (src/model/step_ways.h). The outputs are bitwise the same either way.
+void set_weight_stream_nta(bool on);
+bool weight_stream_nta();
+bool weight_stream_hint_applies();
 
 struct SoftmaxArgs {
   void* y = nullptr;
