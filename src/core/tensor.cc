@@ -13,14 +13,21 @@
 
 namespace tboost {
 
-std::shared_ptr<void> aligned_buffer(size_t bytes) {
+namespace {
+// Buffers of 2 x kHuge bytes and more go on kHuge (2 MiB) pages where the kernel allows it.
+constexpr size_t kHuge = size_t{2} << 20;
+void check_size(size_t bytes) {
   TBOOST_CHECK_CODE(bytes <= (size_t{1} << 62), ErrorCode::kOutOfMemory, "allocation of ", bytes,
                     " bytes is beyond any machine");
+}
+}  // namespace
+
+std::shared_ptr<void> aligned_buffer(size_t bytes) {
+  check_size(bytes);
   // Big buffers (weights, caches, arenas) go on 2 MiB pages where the kernel allows it
   // (transparent huge pages in "madvise" mode are common): a stream over 4 KiB pages takes a
   // TLB miss every 4 KiB and the hardware prefetcher stops at every page boundary, which
   // keeps weight-streaming decode below the DRAM read bandwidth.
-  constexpr size_t kHuge = size_t{2} << 20;
   const bool huge = bytes >= 2 * kHuge;
   const size_t align = huge ? kHuge : 64;
   const size_t rounded = ((bytes + align - 1) / align) * align;
@@ -34,14 +41,12 @@ std::shared_ptr<void> aligned_buffer(size_t bytes) {
 }
 
 std::shared_ptr<void> zeroed_buffer(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
   if (bytes < 2 * kHuge) {
     std::shared_ptr<void> p = aligned_buffer(bytes);
     if (bytes) std::memset(p.get(), 0, bytes);
     return p;
   }
-  TBOOST_CHECK_CODE(bytes <= (size_t{1} << 62), ErrorCode::kOutOfMemory, "allocation of ", bytes,
-                    " bytes is beyond any machine");
+  check_size(bytes);
   // Map 2 MiB more than asked and unmap the unaligned head and the tail, so the buffer starts
   // on a huge-page boundary. Anonymous pages read as zero until written, and take memory only
   // then: Tensor::zeros(KV cache of 8192 positions) for SmolLM2 (377 MB in f32) had memset,

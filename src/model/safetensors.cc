@@ -61,17 +61,21 @@ struct SafeTensors::Mapping {
     if (map) munmap(map, map_bytes);
     if (fd >= 0) ::close(fd);
   }
-  // Reads n bytes at offset off into dst; false when the file ends first or read fails.
-  bool read_at(void* dst, size_t n, uint64_t off) const {
+  // Reads n bytes at offset off into dst. Returns "" or why it stopped short: how many bytes
+  // it got, and the system's error or the file's end.
+  std::string read_at(void* dst, size_t n, uint64_t off) const {
     char* d = static_cast<char*>(dst);
     size_t done = 0;
     while (done < n) {
       const ssize_t r = ::pread(fd, d + done, n - done, static_cast<off_t>(off + done));
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
+      if (r <= 0)
+        return "read " + std::to_string(done) + " of " + std::to_string(n) + " bytes at offset " +
+               std::to_string(off) + ": " +
+               (r < 0 ? std::string(std::strerror(errno)) : std::string("end of file"));
       done += static_cast<size_t>(r);
     }
-    return true;
+    return {};
   }
 };
 
@@ -103,7 +107,8 @@ void SafeTensors::add_file(const std::string& file, Load load) {
     base = static_cast<const char*>(m->map);
   } else {
     head.resize(8);
-    if (!m->read_at(head.data(), 8, 0)) bad(file, "cannot read the header length");
+    if (auto why = m->read_at(head.data(), 8, 0); !why.empty())
+      bad(file, "cannot read the header length (" + why + ")");
   }
   if (!base) base = head.data();
   uint64_t hlen = 0;
@@ -113,7 +118,8 @@ void SafeTensors::add_file(const std::string& file, Load load) {
                   std::to_string(m->size - 8) + " bytes follow");
   if (load == Load::kRead) {
     head.resize(8 + hlen);
-    if (!m->read_at(head.data() + 8, hlen, 8)) bad(file, "cannot read the header");
+    if (auto why = m->read_at(head.data() + 8, hlen, 8); !why.empty())
+      bad(file, "cannot read the header (" + why + ")");
     base = head.data();
   }
   json h;
@@ -272,12 +278,13 @@ void SafeTensors::read_into(const std::string& name, void* dst, DType dtype) con
   const Mapping* m = nullptr;
   for (const auto& f : files_)
     if (f->file == e.file) m = f.get();
-  auto failed = [&](size_t done) {
-    bad(e.file, "tensor \"" + name + "\": read failed after " + std::to_string(done) + " of " +
-                    std::to_string(e.bytes) + " bytes (file changed or truncated since opened?)");
+  auto check = [&](const std::string& why) {
+    if (!why.empty())
+      bad(e.file, "tensor \"" + name + "\": read failed, " + why +
+                      " (the file changed or was truncated after it was opened?)");
   };
   if (dtype == e.dtype) {
-    if (!m->read_at(dst, e.bytes, e.offset)) failed(0);
+    check(m->read_at(dst, e.bytes, e.offset));
     return;
   }
   // Another dtype: a few MiB at a time through a buffer, converted into dst.
@@ -286,7 +293,7 @@ void SafeTensors::read_into(const std::string& name, void* dst, DType dtype) con
   std::vector<char> buf(piece);
   for (size_t done = 0; done < e.bytes; done += piece) {
     const size_t n = std::min(piece, e.bytes - done);
-    if (!m->read_at(buf.data(), n, e.offset + done)) failed(done);
+    check(m->read_at(buf.data(), n, e.offset + done));
     convert(static_cast<char*>(dst) + done / es * ds, dtype, buf.data(), e.dtype,
             static_cast<int64_t>(n / es));
   }

@@ -3,7 +3,7 @@
 //
 // Why online: on the hosts we measured, the better way depends on the state of the memory, which
 // moves within minutes (gemv.cc, FarPlanOf: with the memory slow, asking for the weight lines
-// with prefetchnta made llama-110m f32 decode 3-4% faster; with it fast, 4-8% slower). Timing
+// with prefetchnta made llama-110m f32 decode 2-4% faster; with it fast, 4-8% slower). Timing
 // the GEMVs alone cannot tell the two apart: much of the gain lands in the small ops between
 // them, whose data the weights no longer push out of the caches. So whole decode steps are
 // timed: every kEvery-th step runs the other way, the step after it the current one, and the
@@ -11,8 +11,8 @@
 // feeds a moving average. When that average says the other way is kMargin faster or more, it
 // becomes the current one. The cost is the worse way on one step in kEvery while the current way is
 // the better one: with one in 8, llama-110m bf16 decode in the fast mode lost 1-3%; with one in
-// 32 the two binaries were even there (llama-110m f32 1.023-1.054 of the read against
-// 1.027-1.046, bf16 0.906-0.934 against 0.920-0.932). Adjacent explored and reference steps of
+// 32 the two binaries were even there (llama-110m f32 1.012-1.054 of the read against
+// 1.024-1.046, bf16 0.906-0.934 against 0.920-0.932). Adjacent explored and reference steps of
 // llama-110m f32 differed by +3-8% (the explored prefetchnta step slower) in the fast mode, with
 // one step in 15 or so an outlier of 20-40% either way (the clamp's reason). The outputs do not
 // depend on the way (only prefetch requests differ).

@@ -13,7 +13,7 @@
 // straight into the caller's memory, converted on the way where the dtypes differ. A model
 // loader thus holds its weights once, never the file besides (a bf16 model from an f32 file
 // had peaked at the whole file plus the converted weights). Views stay valid while the
-// SafeTensors lives.
+// SafeTensors lives. One object, one caller: tensor() fills a cache, so concurrent calls race.
 #pragma once
 
 #include <cstdint>

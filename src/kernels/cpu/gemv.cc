@@ -138,9 +138,7 @@ HWY_INLINE void DotRowN(const float* x, int64_t ldx, const TW* w, int64_t ldw, i
     if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      if constexpr (!kGroupAhead && kRowAhead != 0)
-        if (((k * static_cast<int64_t>(sizeof(TW))) & 63) == 0)
-          StreamAheadAs<kRowAhead>(w + r * ldw + k);
+      if constexpr (!kGroupAhead) StreamAheadAsAt<kRowAhead>(w + r * ldw, k);
       wv[r] = LoadF(d, w + r * ldw + k);
     }
 #pragma GCC unroll 16
@@ -242,8 +240,7 @@ HWY_INLINE void DotRowBf16PairsN(const float* x, int64_t ldx, const bf16_t* w, i
     if constexpr (kGroupAhead) AskGroupAhead<kR>(w, ldw, k, K);
 #pragma GCC unroll 16
     for (int r = 0; r < kR; ++r) {
-      if constexpr (!kGroupAhead && kRowAhead != 0)
-        if (((k * 2) & 63) == 0) StreamAheadAs<kRowAhead>(w + r * ldw + k);
+      if constexpr (!kGroupAhead) StreamAheadAsAt<kRowAhead>(w + r * ldw, k);
       WidenPairs(d, w + r * ldw + k, &we[r], &wo[r]);
     }
 #pragma GCC unroll 16

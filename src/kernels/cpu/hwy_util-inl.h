@@ -218,6 +218,11 @@ HWY_INLINE void StreamAheadAs(const T* p) {
   if constexpr (kAhead > 0) StreamAhead(p, kAhead);
   if constexpr (kAhead < 0) __builtin_prefetch(reinterpret_cast<const char*>(p) - kAhead, 0, 0);
 }
+// StreamAheadAs for the load at element `i` of a row of T, once per 64 bytes (StreamAheadAt).
+template <int64_t kAhead, class T>
+HWY_INLINE void StreamAheadAsAt(const T* row, int64_t i) {
+  if (((i * static_cast<int64_t>(sizeof(T))) & 63) == 0) StreamAheadAs<kAhead>(row + i);
+}
 
 // Partial vectors: the n < Lanes(d) remaining elements go through a stack buffer, so no
 // load or store ever touches memory past the end of a row.
