@@ -224,6 +224,7 @@ void decode_cases(Runner& R) {
     bool all_lengths;  // 512, 4096 and 16384 tokens, or 4096 only
     int64_t page = 0;  // paged cache with pages of this many tokens (vLLM's 16), or contiguous
     int64_t sq = 1;    // query tokens per call, causal among themselves
+    int64_t ctx = 0;   // this length only (instead of 4096)
   };
   // MHA, GQA-4 (Llama-3-8B), GQA-8 (TinyLlama, Llama-3-70B) and MQA with 32 q heads. With g q
   // heads per kv head a decode does g / 2 FLOPs per byte of an f32 cache and g per byte of a
@@ -232,20 +233,22 @@ void decode_cases(Runner& R) {
   // where each key's fixed costs (the score's lane sum, the softmax) weigh twice as much per
   // byte: GQA-4 (Llama-3.2-1B's 32 / 8 heads) and GQA-3 (SmolLM2-135M's 9 / 3). Then GQA-4
   // with 4 query tokens per call (a speculative decoder's check of 4 drafted tokens): 16 query
-  // rows per kv head. Last, Qwen2-0.5B's 14 / 2 heads of 64 in 16-token pages (7 rows per kv
+  // rows per kv head. Then Qwen2-0.5B's 14 / 2 heads of 64 in 16-token pages (7 rows per kv
   // head, small pages of 2 heads), and head dim 80 (Phi-2's 32 heads), which is no multiple of
-  // 32.
-  const Shp shapes[] = {{32, 32, 128, true},    {32, 8, 128, true},       {32, 4, 128, false},
-                        {32, 1, 128, false},    {32, 32, 128, false, 16}, {32, 8, 128, false, 16},
-                        {32, 8, 64, false},     {9, 3, 64, false},        {32, 8, 128, false, 0, 4},
-                        {14, 2, 64, false, 16}, {32, 32, 80, false}};
+  // 32. Last, llama-110m's 12 heads of 64 in 16-token pages at 1100 tokens: three chunks, the
+  // last one short, where how many heads a task takes decides how the pages are read.
+  const Shp shapes[] = {
+      {32, 32, 128, true},    {32, 8, 128, true},       {32, 4, 128, false},
+      {32, 1, 128, false},    {32, 32, 128, false, 16}, {32, 8, 128, false, 16},
+      {32, 8, 64, false},     {9, 3, 64, false},        {32, 8, 128, false, 0, 4},
+      {14, 2, 64, false, 16}, {32, 32, 80, false},      {12, 12, 64, false, 16, 1, 1100}};
   std::vector<int64_t> lengths = {512, 4096, 16384};
   if (R.opt.quick) lengths = {4096};
   const double total_target = R.opt.quick ? 256.0 * 1048576.0 : 1.25 * 1073741824.0;
   for (DType cdt : {DType::kF32, DType::kBF16}) {
     for (const Shp& sh : shapes) {
-      for (int64_t L : lengths) {
-        if (!sh.all_lengths && L != 4096) continue;
+      for (int64_t L : sh.ctx ? std::vector<int64_t>{sh.ctx} : lengths) {
+        if (!sh.all_lengths && !sh.ctx && L != 4096) continue;
         std::vector<std::pair<const char*, int64_t>> tag = {
             {"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D}, {"ctx", L}};
         if (sh.page) tag.push_back({"page", sh.page});
@@ -264,7 +267,8 @@ void decode_cases(Runner& R) {
         Tensor q = filled(cdt, {1, sh.sq, sh.H, sh.D}, 7);
         Tensor lens = Tensor::empty(DType::kI32, {1});
         lens.data_as<int32_t>()[0] = static_cast<int32_t>(L);
-        const int64_t pages = sh.page ? L / sh.page : 1, rows = sh.page ? sh.page : L;
+        const int64_t pages = sh.page ? (L + sh.page - 1) / sh.page : 1,
+                      rows = sh.page ? sh.page : L;
         Tensor table = Tensor::empty(DType::kI32, {1, pages});
         std::vector<int32_t> order(static_cast<size_t>(pages));
         std::iota(order.begin(), order.end(), 0);

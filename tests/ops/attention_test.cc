@@ -86,6 +86,7 @@
 //     caches f16:                    "input 3 (key_cache) expected dtype one of {f32, bf16}"
 //     k integer:                     "input 0 (k) expected dtype one of {f32, bf16, f16}"
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -1705,6 +1706,21 @@ TEST(PagedAttentionOp, ThreadCountDoesNotChangeResults) {
       PagedAttentionParam{},
       {q.view, kc.view, vc.view, int_tensor(DType::kI32, ctx, {2}), block_tables_tensor(L)},
       "paged, seed " + std::to_string(rng.seed()));
+  // Tasks of several kv heads of a page (DecodeTaskHeads): how many a task takes depends on the
+  // threads and on how evenly the chunks split (here 512 + 88 keys and 512 x 3 + 64), bf16 q and
+  // cache as in a bf16 model: MHA at head dim 64 (up to 12 heads a task) and GQA-4 at 128 (8).
+  for (const auto& [hq, hkv, d] : {std::array<int64_t, 3>{12, 12, 64}, {32, 8, 128}}) {
+    const std::vector<int64_t> ctx3 = {600, 1600};
+    const CacheLayout L3 = make_layout(rng, ctx3, 16, true);
+    Buffer q3 = random_tensor(rng, DType::kBF16, {2, 1, hq, d}, false);
+    Buffer kc3 = random_tensor(rng, DType::kBF16, {L3.num_blocks, hkv, 16, d}, false);
+    Buffer vc3 = random_tensor(rng, DType::kBF16, {L3.num_blocks, hkv, 16, d}, false);
+    expect_thread_independent(
+        PagedAttentionParam{},
+        {q3.view, kc3.view, vc3.view, int_tensor(DType::kI32, ctx3, {2}), block_tables_tensor(L3)},
+        "paged, " + std::to_string(hq) + " / " + std::to_string(hkv) + " heads, seed " +
+            std::to_string(rng.seed()));
+  }
   // 28 query rows per kv head in lanes (bf16 model; f32 cache): one task of 28 rows per chunk at
   // 1 thread, two of 16 and 12 at 2 and 3 threads (too few chunks for a thread each).
   const std::vector<int64_t> ctx2 = {1000};

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -2697,6 +2698,66 @@ bool DecodeWide(const AttentionArgs& a, bool amx_ok) {
 #endif
 }
 
+// Kv heads per decode task where a task may take several (DecodeForward: adjacent heads' rows
+// at most kDecodeNearHeadBytes apart, as in a page of a paged cache, head_bytes apart). A task
+// reads its heads' rows of each page front to back, so the more heads, the longer its runs;
+// but fewer, larger tasks can leave a thread idle. Each candidate nh (nh_max, halved down to 1)
+// is scored by the makespan of its tasks in RunTasks' order (each task to the thread free
+// first), a task costing keys x (nh + kRunBytes / head_bytes): a run of nh heads' rows costs as
+// if it were kRunBytes longer. The largest candidate within kSlack of the best score is taken.
+// The rule before had halved nh_max while there were fewer than 4 tasks per thread. At short
+// contexts (one to three 512-key chunks) that made tasks of one or two heads, which read a
+// 16-key page in pieces of one head's rows. 12 layers' caches read cold (an 18 MB stream
+// between layers), 16-key pages, bf16, Zen 5, processes in turn: one task per thread or more
+// took 12/12 heads of 64 at ctx 2048 from 169-170 to 120-123 us, 9/3 at ctx 1100 from 59 to
+// 29-30 us, 32/8 at ctx 64 from 16-17 to 11; taking nh_max whatever the balance lost 7-30%
+// where one chunk was short (ctx 600, 32/8 heads of 64 and 128; ctx 1600, heads of 128), and
+// halving until the makespan was even lost 15-40% at ctx 1600 with heads of 64: kRunBytes and
+// kSlack fit those (bench/RESULTS.md, twenty-eighth session). Every head's arithmetic is the
+// same whatever nh, so outputs do not depend on the choice.
+int64_t DecodeTaskHeads(const AttentionArgs& a, const std::vector<int64_t>& first,
+                        int64_t chunk_keys, int64_t nh_max, int64_t head_bytes) {
+  const int threads = std::max(1, a.threads);
+  if (nh_max <= 1 || threads == 1) return std::max<int64_t>(1, nh_max);
+  constexpr double kRunBytes = 8192, kSlack = 0.05;
+  const double run_cost = kRunBytes / static_cast<double>(std::max<int64_t>(1, head_bytes));
+  std::vector<int64_t> keys;  // of each chunk, in task order
+  keys.reserve(static_cast<size_t>(first.back()));
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t sk = SeqOf(a, b).sk;
+    for (int64_t c = 0; c < first[static_cast<size_t>(b) + 1] - first[static_cast<size_t>(b)]; ++c)
+      keys.push_back(std::min(chunk_keys, sk - c * chunk_keys));
+  }
+  std::vector<double> free_at(static_cast<size_t>(threads));
+  auto makespan = [&](int64_t nh) {
+    std::fill(free_at.begin(), free_at.end(), 0.0);  // a min-heap of the threads' finish times
+    double end = 0.0;
+    for (const int64_t k : keys)
+      for (int64_t h0 = 0; h0 < a.kv_heads; h0 += nh) {
+        std::pop_heap(free_at.begin(), free_at.end(), std::greater<>());
+        free_at.back() += static_cast<double>(k) *
+                          (static_cast<double>(std::min(nh, a.kv_heads - h0)) + run_cost);
+        end = std::max(end, free_at.back());
+        std::push_heap(free_at.begin(), free_at.end(), std::greater<>());
+      }
+    return end;
+  };
+  constexpr int kMaxCand = 8;
+  int64_t cand[kMaxCand];
+  double span[kMaxCand], best = 0.0;
+  int n = 0;
+  for (int64_t nh = nh_max; n < kMaxCand; nh = (nh + 1) / 2) {
+    cand[n] = nh;
+    span[n] = makespan(nh);
+    best = n == 0 ? span[n] : std::min(best, span[n]);
+    ++n;
+    if (nh == 1) break;
+  }
+  for (int i = 0; i < n; ++i)
+    if (span[i] <= (1.0 + kSlack) * best) return cand[i];
+  return 1;
+}
+
 void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -2762,12 +2823,12 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const int64_t es = static_cast<int64_t>(dtype_size(a.kv_dtype));
   const int64_t k_head_bytes = a.k_sh * es, v_head_bytes = a.v_sh * es;
   const bool near = std::max(k_head_bytes, v_head_bytes) <= kDecodeNearHeadBytes;
-  // As many heads as the task's rows allow, but no fewer than 4 tasks per thread while halving
-  // can keep that.
+  // As many heads as the task's rows allow, fewer where that keeps the threads busier
+  // (DecodeTaskHeads).
   const int64_t head_rows = wide_ok && Gmax > kMaxDecodeRows ? WideLanes(Gmax) : DotRowsFor(Gmax);
-  int64_t NH = NG == 1 && near ? std::min(a.kv_heads, kDecodeTaskRows / head_rows) : 1;
-  while (NH > 1 && first.back() * ((a.kv_heads + NH - 1) / NH) < 4 * std::max(1, a.threads))
-    NH = (NH + 1) / 2;
+  const int64_t NH = DecodeTaskHeads(
+      a, first, chunk_keys, NG == 1 && near ? std::min(a.kv_heads, kDecodeTaskRows / head_rows) : 1,
+      std::max(k_head_bytes, v_head_bytes));
   const int64_t HG = (a.kv_heads + NH - 1) / NH;
   const int64_t ntasks = first.back() * HG * NG;
   RunTasks(a.threads, a.ftz, ntasks, ws, per, [&](int64_t t, char* mine) {
