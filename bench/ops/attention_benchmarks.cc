@@ -224,7 +224,7 @@ void decode_cases(Runner& R) {
     bool all_lengths;  // 512, 4096 and 16384 tokens, or 4096 only
     int64_t page = 0;  // paged cache with pages of this many tokens (vLLM's 16), or contiguous
     int64_t sq = 1;    // query tokens per call, causal among themselves
-    int64_t ctx = 0;   // this length only (instead of 4096)
+    int64_t ctx = 0;   // > 0: this length only, in place of the lengths above
   };
   // MHA, GQA-4 (Llama-3-8B), GQA-8 (TinyLlama, Llama-3-70B) and MQA with 32 q heads. With g q
   // heads per kv head a decode does g / 2 FLOPs per byte of an f32 cache and g per byte of a
@@ -259,8 +259,9 @@ void decode_cases(Runner& R) {
         const double es = static_cast<double>(dtype_size(cdt));
         const double kv_bytes = 2.0 * static_cast<double>(L * sh.Hkv * sh.D) * es;
         const int layers = static_cast<int>(std::ceil(total_target / kv_bytes));
-        // Caches of exactly L tokens, one per layer: contiguous (1, Hkv, L, D), or paged
-        // (L / page, Hkv, page, D) with a block table that visits the pages shuffled.
+        // Caches of L tokens, one per layer: contiguous (1, Hkv, L, D), or paged
+        // (ceil(L / page), Hkv, page, D), the last page partly used, with a block table that
+        // visits the pages shuffled.
         std::vector<std::unique_ptr<Call>> calls;
         std::vector<Tensor> keep;
         // q and o in the cache's dtype, as in a model of that dtype.

@@ -1036,12 +1036,15 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.q_dtype = bf16, .ctx = {700, 30}, .Sq = 2, .Hq = 8, .Hkv = 1, .D = 64,
        .block_size = 16});
   // Several kv heads per decode task (their rows sit side by side in each page): MHA with 8
-  // heads over 8 chunks, GQA-2 (4 heads per task), 5 kv heads in tasks of 3 and 2.
+  // heads over 8 chunks, GQA-2 in tasks of 4 heads (8 at one thread), 5 kv heads in tasks of 5,
+  // and of 3 and 2 at one chunk on two threads (DecodeTaskHeads).
   add({.ctx = {2100, 700, 1}, .Sq = 1, .Hq = 8, .Hkv = 8, .D = 64, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {1500}, .Sq = 1, .Hq = 16, .Hkv = 8,
-       .D = 128});
+       .D = 128, .threads = 2});
   add({.cache_dtype = bf16, .ctx = {900, 50}, .Sq = 1, .Hq = 10, .Hkv = 5, .D = 40,
        .block_size = 7, .wl = 600});
+  add({.cache_dtype = bf16, .ctx = {400}, .Sq = 1, .Hq = 10, .Hkv = 5, .D = 40, .block_size = 7,
+       .wl = 300, .threads = 2});
   // Sliding window.
   add({.ctx = {37, 300, 1500}, .Sq = 3, .Hq = 4, .Hkv = 2, .D = 64, .wl = 50, .threads = 2});
   add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {3, 90}, .Sq = 3, .Hq = 2, .Hkv = 1,
@@ -1708,7 +1711,8 @@ TEST(PagedAttentionOp, ThreadCountDoesNotChangeResults) {
       "paged, seed " + std::to_string(rng.seed()));
   // Tasks of several kv heads of a page (DecodeTaskHeads): how many a task takes depends on the
   // threads and on how evenly the chunks split (here 512 + 88 keys and 512 x 3 + 64), bf16 q and
-  // cache as in a bf16 model: MHA at head dim 64 (up to 12 heads a task) and GQA-4 at 128 (8).
+  // cache as in a bf16 model: MHA at head dim 64 and GQA-4 at 128 take 12 and 8 heads a task at
+  // 1 and 2 threads, 6 and 4 at 3.
   for (const auto& [hq, hkv, d] : {std::array<int64_t, 3>{12, 12, 64}, {32, 8, 128}}) {
     const std::vector<int64_t> ctx3 = {600, 1600};
     const CacheLayout L3 = make_layout(rng, ctx3, 16, true);
@@ -1720,6 +1724,20 @@ TEST(PagedAttentionOp, ThreadCountDoesNotChangeResults) {
         {q3.view, kc3.view, vc3.view, int_tensor(DType::kI32, ctx3, {2}), block_tables_tensor(L3)},
         "paged, " + std::to_string(hq) + " / " + std::to_string(hkv) + " heads, seed " +
             std::to_string(rng.seed()));
+  }
+  // f32, 8 rows per kv head (32 / 4 heads) at head dim 320, one chunk: 4 heads a task at 1
+  // thread, 2 at 2 and 3. The f32 row-pair dots (which sum in another order than the other
+  // dots) must not follow the task's heads.
+  {
+    const std::vector<int64_t> ctx4 = {100};
+    const CacheLayout L4 = make_layout(rng, ctx4, 16, true);
+    Buffer q4 = random_tensor(rng, DType::kF32, {1, 1, 32, 320}, false);
+    Buffer kc4 = random_tensor(rng, DType::kF32, {L4.num_blocks, 4, 16, 320}, false);
+    Buffer vc4 = random_tensor(rng, DType::kF32, {L4.num_blocks, 4, 16, 320}, false);
+    expect_thread_independent(
+        PagedAttentionParam{},
+        {q4.view, kc4.view, vc4.view, int_tensor(DType::kI32, ctx4, {1}), block_tables_tensor(L4)},
+        "paged, f32, 32 / 4 heads of 320, seed " + std::to_string(rng.seed()));
   }
   // 28 query rows per kv head in lanes (bf16 model; f32 cache): one task of 28 rows per chunk at
   // 1 thread, two of 16 and 12 at 2 and 3 threads (too few chunks for a thread each).

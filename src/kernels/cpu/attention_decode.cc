@@ -2304,12 +2304,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // The dots in row pairs (StoreRowPairScores), q in that layout: bf16 pairs of 4 or 8 rows at
   // qm (the second half of sc.qs, which q2's kDecodeTaskRows rows leave free); f32 at 8 rows at
   // qmf (the bf16 weights' scratch, as ot, which only rows in lanes use, and which an f32
-  // cache's P·V does not use) where its nh·8·D floats fit there: nh·D <= 1024 (head dim 256 at
-  // 4 heads per task; the ops take any head dim).
+  // cache's P·V does not use) where the 8·D floats of the most heads a task of 8 rows can take
+  // (kDecodeTaskRows / 8) fit there: head dims up to 256 (the ops take any head dim). Not this
+  // task's heads: how many those are depends on the threads (DecodeTaskHeads), and the row pairs
+  // sum in another order than DotSpan.
   const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
-  const bool pairs_f32 =
-      TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 && D % 8 == 0 &&
-      nh * 8 * D * sizeof(float) <= kDecodeTaskRows * kDecodeSub * sizeof(uint16_t);
+  const bool pairs_f32 = TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 &&
+                         D % 8 == 0 &&
+                         kDecodeTaskRows / 8 * 8 * D * static_cast<int64_t>(sizeof(float)) <=
+                             kDecodeTaskRows * kDecodeSub * static_cast<int64_t>(sizeof(uint16_t));
   uint32_t* qm = q2 + kDecodeTaskRows * ldq2;
   float* qmf = ot;
   (void)pairs_dp;
@@ -2699,7 +2702,7 @@ bool DecodeWide(const AttentionArgs& a, bool amx_ok) {
 }
 
 // Kv heads per decode task where a task may take several (DecodeForward: adjacent heads' rows
-// at most kDecodeNearHeadBytes apart, as in a page of a paged cache, head_bytes apart). A task
+// near each other, as in a page of a paged cache, whose heads are head_bytes apart). A task
 // reads its heads' rows of each page front to back, so the more heads, the longer its runs;
 // but fewer, larger tasks can leave a thread idle. Each candidate nh (nh_max, halved down to 1)
 // is scored by the makespan of its tasks in RunTasks' order (each task to the thread free
@@ -2707,14 +2710,15 @@ bool DecodeWide(const AttentionArgs& a, bool amx_ok) {
 // if it were kRunBytes longer. The largest candidate within kSlack of the best score is taken.
 // The rule before had halved nh_max while there were fewer than 4 tasks per thread. At short
 // contexts (one to three 512-key chunks) that made tasks of one or two heads, which read a
-// 16-key page in pieces of one head's rows. 12 layers' caches read cold (an 18 MB stream
-// between layers), 16-key pages, bf16, Zen 5, processes in turn: one task per thread or more
-// took 12/12 heads of 64 at ctx 2048 from 169-170 to 120-123 us, 9/3 at ctx 1100 from 59 to
-// 29-30 us, 32/8 at ctx 64 from 16-17 to 11; taking nh_max whatever the balance lost 7-30%
-// where one chunk was short (ctx 600, 32/8 heads of 64 and 128; ctx 1600, heads of 128), and
-// halving until the makespan was even lost 15-40% at ctx 1600 with heads of 64: kRunBytes and
-// kSlack fit those (bench/RESULTS.md, twenty-eighth session). Every head's arithmetic is the
-// same whatever nh, so outputs do not depend on the choice.
+// 16-key page in pieces of one head's rows. 12 layers' caches read cold (an 18 MB read between
+// layers), 16-key pages, bf16, Zen 5, processes in turn, 2 rounds: 12/12 heads of 64 at ctx
+// 2048 171.9-219.4 -> 123.5-143.9 us, 9/3 at ctx 1100 30.9-57.7 -> 27.1-28.3, 32/8 heads of 64
+// at ctx 64 8.7-17.3 -> 7.4-11.0. At least one task per thread, else the most heads, lost 4-30%
+// where the last chunk was short (ctx 600; ctx 1600 at head dim 128); scoring the balance alone
+// (no run cost, 10% slack) lost 18-40% at ctx 1600 with heads of 64. kRunBytes and kSlack fit
+// those (bench/RESULTS.md, twenty-eighth session). Every head's arithmetic is the same whatever
+// nh (the f32 row-pair dots are chosen by the head dim alone for that reason), so outputs do not
+// depend on the choice.
 int64_t DecodeTaskHeads(const AttentionArgs& a, const std::vector<int64_t>& first,
                         int64_t chunk_keys, int64_t nh_max, int64_t head_bytes) {
   const int threads = std::max(1, a.threads);
@@ -2752,6 +2756,17 @@ int64_t DecodeTaskHeads(const AttentionArgs& a, const std::vector<int64_t>& firs
     best = n == 0 ? span[n] : std::min(best, span[n]);
     ++n;
     if (nh == 1) break;
+    if (n == 1) {
+      // No candidate's makespan is below an even share of nh_max's total (its tasks cost the
+      // least in all), so where nh_max comes within kSlack of that, it is the choice: the
+      // common case of many chunks, decided without simulating the others.
+      double total = 0.0;
+      for (const int64_t k : keys)
+        total += static_cast<double>(k) *
+                 (static_cast<double>(a.kv_heads) +
+                  run_cost * static_cast<double>((a.kv_heads + nh_max - 1) / nh_max));
+      if (span[0] <= (1.0 + kSlack) * total / threads) return nh_max;
+    }
   }
   for (int i = 0; i < n; ++i)
     if (span[i] <= (1.0 + kSlack) * best) return cand[i];
