@@ -24,7 +24,7 @@ struct GenerateArgs {
   int64_t max_new_tokens = 64;
   model::SamplingParams sampling;
   bool chat = false;  // wrap the prompt in the model's chat turn markers, when it has them
-  int64_t max_seq_length = 0, block_size = 16, prefill_chunk = 512;
+  int64_t max_seq_length = 0, block_size = 64, prefill_chunk = 512;  // TuningParams' defaults
   bool no_dynamic_chunk = false, contiguous_cache = false;
   std::string cache_dtype;  // "" (the model's dtype), f32 or bf16
 };

@@ -35,7 +35,14 @@ namespace tboost::model {
 // set_tuning_params: how the KV cache and prefill are laid out.
 struct TuningParams {
   int64_t max_seq_length = 0;  // context limit per sequence (KV capacity); 0: config's max
-  int64_t block_size = 16;     // KV-cache page, tokens
+  // KV-cache page, tokens. 64 rather than vLLM's 16: a decode task reads a page's rows of its
+  // kv heads in one run, and each page costs every head a call of the dots and of the P·V. From
+  // L3, 16-key pages took 15-50% longer than 64-key ones in decode attention (bf16, head dims 64
+  // and 128); in the models, sessions alternated in one process at depth 1024, llama-110m bf16
+  // decoded 1.8% faster (median of 12 pairs, 10 faster) and SmolLM2-135M bf16 2.5-6% (7 of 8),
+  // llama-1b bf16 and llama-110m f32 even, and at depth 0 the two were even (bench/RESULTS.md,
+  // twenty-eighth session).
+  int64_t block_size = 64;
   bool paged = true;           // false: one contiguous cache block per sequence
   // Prompts longer than prefill_chunk tokens are prefilled in chunks of that many tokens (the
   // first through flash attention, the rest against the cache): activation memory stays
