@@ -43,7 +43,7 @@ struct TuningParams {
   // llama-1b bf16 and llama-110m f32 even, and at depth 0 the two were even (bench/RESULTS.md,
   // twenty-eighth session).
   int64_t block_size = 64;
-  bool paged = true;           // false: one contiguous cache block per sequence
+  bool paged = true;  // false: one contiguous cache block per sequence
   // Prompts longer than prefill_chunk tokens are prefilled in chunks of that many tokens (the
   // first through flash attention, the rest against the cache): activation memory stays
   // bounded by the chunk, not the prompt.
