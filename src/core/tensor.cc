@@ -40,7 +40,7 @@ std::shared_ptr<void> aligned_buffer(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
-std::shared_ptr<void> zeroed_buffer(size_t bytes) {
+std::shared_ptr<void> zeroed_buffer(size_t bytes, ZeroPages pages) {
   if (bytes < 2 * kHuge) {
     std::shared_ptr<void> p = aligned_buffer(bytes);
     if (bytes) std::memset(p.get(), 0, bytes);
@@ -62,8 +62,12 @@ std::shared_ptr<void> zeroed_buffer(size_t bytes) {
   const uintptr_t end = start + rounded, map_end = base + span;
   if (map_end > end) munmap(reinterpret_cast<void*>(end), map_end - end);
   void* p = reinterpret_cast<void*>(start);
-#ifdef MADV_HUGEPAGE
-  madvise(p, rounded, MADV_HUGEPAGE);  // advice only
+  // Advice only: failure changes nothing. kAsWritten says so explicitly, so that a system whose
+  // transparent huge pages are "always" does not give the region 2 MiB pages either.
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+  madvise(p, rounded, pages == ZeroPages::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#else
+  (void)pages;
 #endif
   return std::shared_ptr<void>(p, [rounded](void* q) { munmap(q, rounded); });
 }
@@ -161,10 +165,10 @@ Tensor Tensor::empty(DType dtype, const Shape& shape) {
   return t;
 }
 
-Tensor Tensor::zeros(DType dtype, const Shape& shape) {
+Tensor Tensor::zeros(DType dtype, const Shape& shape, ZeroPages pages) {
   Tensor t;
   t.desc_ = TensorDesc::contiguous(dtype, shape);
-  t.storage_ = zeroed_buffer(alloc_bytes(t.desc_, shape));
+  t.storage_ = zeroed_buffer(alloc_bytes(t.desc_, shape), pages);
   t.data_ = t.storage_.get();
   return t;
 }

@@ -899,9 +899,13 @@ std::unique_ptr<OptimizedTransformer::Session> OptimizedTransformer::new_session
   s->bs = s->paged ? std::min(impl_->tune.block_size, s->capacity) : s->capacity;
   s->blocks_per_seq = (s->capacity + s->bs - 1) / s->bs;
   const int64_t nb = s->paged ? max_batch * s->blocks_per_seq : max_batch;
+  // Written a token at a time: 4 KiB pages, so that the first tokens do not pay for a 2 MiB
+  // page per layer's k and v (ZeroPages).
   for (int64_t l = 0; l < c.layers; ++l) {
-    s->kcache.push_back(Tensor::zeros(s->cache_dt, {nb, c.kv_heads, s->bs, c.head_dim}));
-    s->vcache.push_back(Tensor::zeros(s->cache_dt, {nb, c.kv_heads, s->bs, c.head_dim}));
+    s->kcache.push_back(
+        Tensor::zeros(s->cache_dt, {nb, c.kv_heads, s->bs, c.head_dim}, ZeroPages::kAsWritten));
+    s->vcache.push_back(
+        Tensor::zeros(s->cache_dt, {nb, c.kv_heads, s->bs, c.head_dim}, ZeroPages::kAsWritten));
   }
   s->live.assign(static_cast<size_t>(max_batch), 0);
   s->len.assign(static_cast<size_t>(max_batch), 0);

@@ -153,5 +153,20 @@ TEST(Tensor, LargeZerosTakeMemoryOnlyWhereWritten) {
   EXPECT_EQ(f[1 << 20], 0.0f);
   EXPECT_EQ(f[int64_t{64} * (1 << 20) - 1], 2.0f);
 }
+
+// ZeroPages::kAsWritten (KV caches): a write commits a small page, not a 2 MiB one, whatever the
+// system's transparent huge pages. 16 writes 4 MiB apart into 64 MiB: 16 x 4 KiB where small
+// pages are 4 KiB (with huge pages where the system gives them: 32 MiB).
+TEST(Tensor, ZerosAsWrittenCommitSmallPages) {
+  const int64_t before = resident_bytes();
+  if (before < 0) GTEST_SKIP() << "no /proc/self/statm";
+  Tensor t = Tensor::zeros(DType::kF32, {16, 1 << 20}, ZeroPages::kAsWritten);
+  float* f = static_cast<float*>(t.data());
+  for (int64_t i = 0; i < 16; ++i) f[i << 20] = static_cast<float>(i + 1);
+  const int64_t written = resident_bytes();
+  EXPECT_LT(written - before, int64_t{4} << 20);
+  for (int64_t i = 0; i < 16; ++i) EXPECT_EQ(f[i << 20], static_cast<float>(i + 1));
+  EXPECT_EQ(f[(int64_t{16} << 20) - 1], 0.0f);
+}
 }  // namespace
 }  // namespace tboost

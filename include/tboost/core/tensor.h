@@ -20,6 +20,16 @@ namespace tboost {
 inline constexpr int kMaxDims = 8;
 using Shape = std::vector<int64_t>;
 
+// The pages of large zero-filled memory (Tensor::zeros, zeroed_buffer), each committed when
+// first written. kHuge: 2 MiB pages advised, for memory written whole soon after and then
+// streamed (weights, optimizer state). kAsWritten: 4 KiB pages, for memory written a little at
+// a time (a KV cache, a token per step). On these VMs a first write to a 2 MiB page took about
+// a millisecond: a KV cache on huge pages made SmolLM2-135M's first prompt of 16 tokens take
+// 0.50-0.62 s (60 such pages, one per layer's k and v) against 0.03-0.05 s on 4 KiB pages,
+// while decode at depth 1900-4096 ran within 2% either way (bench/RESULTS.md, twenty-eighth
+// session).
+enum class ZeroPages { kHuge, kAsWritten };
+
 struct TensorDesc {
   DType dtype = DType::kF32;
   int ndim = 0;
@@ -58,8 +68,8 @@ class Tensor {
   static Tensor empty(DType dtype, const Shape& shape);
   // Owning and zero-filled. Large ones (4 MiB and up) are fresh zero pages from the OS that
   // take memory only where they are first touched: a KV cache sized for a model's whole
-  // context costs only the tokens written to it.
-  static Tensor zeros(DType dtype, const Shape& shape);
+  // context costs only the tokens written to it (pages: see ZeroPages).
+  static Tensor zeros(DType dtype, const Shape& shape, ZeroPages pages = ZeroPages::kHuge);
   static Tensor view(void* data, DType dtype, const Shape& shape) {
     return Tensor(TensorDesc::contiguous(dtype, shape), data);
   }
@@ -100,9 +110,9 @@ class Tensor {
 
 // Allocates 64-byte-aligned memory; throws kOutOfMemory with the size on failure.
 std::shared_ptr<void> aligned_buffer(size_t bytes);
-// Zero-filled, 64-byte-aligned memory. From 4 MiB on, fresh anonymous pages (2 MiB aligned,
-// huge pages advised, as aligned_buffer's): no memset, and resident only once touched.
-std::shared_ptr<void> zeroed_buffer(size_t bytes);
+// Zero-filled, 64-byte-aligned memory. From 4 MiB on, fresh anonymous pages (2 MiB aligned):
+// no memset, and resident only once touched, a page at a time (ZeroPages).
+std::shared_ptr<void> zeroed_buffer(size_t bytes, ZeroPages pages = ZeroPages::kHuge);
 
 // Inputs and outputs of one op invocation. The caller owns all of them.
 struct VariantPack {
