@@ -64,11 +64,13 @@ std::shared_ptr<void> zeroed_buffer(size_t bytes, ZeroPages pages) {
   void* p = reinterpret_cast<void*>(start);
   // Advice only: failure changes nothing. kAsWritten says so explicitly, so that a system whose
   // transparent huge pages are "always" does not give the region 2 MiB pages either.
-#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
-  madvise(p, rounded, pages == ZeroPages::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-#else
-  (void)pages;
+#ifdef MADV_HUGEPAGE
+  if (pages == ZeroPages::kHuge) madvise(p, rounded, MADV_HUGEPAGE);
 #endif
+#ifdef MADV_NOHUGEPAGE
+  if (pages == ZeroPages::kAsWritten) madvise(p, rounded, MADV_NOHUGEPAGE);
+#endif
+  (void)pages;
   return std::shared_ptr<void>(p, [rounded](void* q) { munmap(q, rounded); });
 }
 

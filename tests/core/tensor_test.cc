@@ -1,5 +1,8 @@
 // Tensor views, Context, errors and the Operation contract's generic behaviour.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include "tboost/tboost.h"
 
@@ -124,7 +127,7 @@ int64_t resident_bytes() {
   long long size = 0, res = 0;
   const int got = std::fscanf(f, "%lld %lld", &size, &res);
   std::fclose(f);
-  return got == 2 ? res * 4096 : -1;
+  return got == 2 ? res * static_cast<long long>(sysconf(_SC_PAGESIZE)) : -1;
 }
 
 TEST(Tensor, LargeZerosTakeMemoryOnlyWhereWritten) {

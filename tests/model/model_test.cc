@@ -227,6 +227,7 @@ TEST(Session, Bf16CacheTracksTheF32Cache) {
     const auto p = random_ids(23, V, 1);
     TuningParams tp;
     tp.prefill_chunk = 8;
+    tp.block_size = 8;  // the 23 tokens across pages
     m->set_tuning_params(tp);
     auto s = m->new_session(1);
     const int qa = s->add_sequence();

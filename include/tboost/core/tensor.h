@@ -23,11 +23,12 @@ using Shape = std::vector<int64_t>;
 // The pages of large zero-filled memory (Tensor::zeros, zeroed_buffer), each committed when
 // first written. kHuge: 2 MiB pages advised, for memory written whole soon after and then
 // streamed (weights, optimizer state). kAsWritten: 4 KiB pages, for memory written a little at
-// a time (a KV cache, a token per step). On these VMs a first write to a 2 MiB page took about
-// a millisecond: a KV cache on huge pages made SmolLM2-135M's first prompt of 16 tokens take
-// 0.50-0.62 s (60 such pages, one per layer's k and v) against 0.03-0.05 s on 4 KiB pages,
-// while decode at depth 1900-4096 ran within 2% either way (bench/RESULTS.md, twenty-eighth
-// session).
+// a time (a KV cache, a token per step). On these VMs, after the host had been idle, a first
+// write to a 2 MiB page took about 5 ms: with a KV cache on huge pages, SmolLM2-135M's first
+// 16-token prompt took 0.50-0.62 s (its cache writes 283 ms for 60 such pages, one per layer's
+// k and v) against 0.03-0.05 s on 4 KiB pages, and decode at depth 1900-4096 was within the
+// noise either way (3 pairs each; bench/RESULTS.md, twenty-eighth session). Below 4 MiB the
+// memory is memset, committed at once, whatever `pages` says.
 enum class ZeroPages { kHuge, kAsWritten };
 
 struct TensorDesc {

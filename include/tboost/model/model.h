@@ -37,11 +37,13 @@ struct TuningParams {
   int64_t max_seq_length = 0;  // context limit per sequence (KV capacity); 0: config's max
   // KV-cache page, tokens. 64 rather than vLLM's 16: a decode task reads a page's rows of its
   // kv heads in one run, and each page costs every head a call of the dots and of the P·V. From
-  // L3, 16-key pages took 15-50% longer than 64-key ones in decode attention (bf16, head dims 64
-  // and 128); in the models, sessions alternated in one process at depth 1024, llama-110m bf16
-  // decoded 1.8% faster (median of 12 pairs, 10 faster) and SmolLM2-135M bf16 2.5-6% (7 of 8),
-  // llama-1b bf16 and llama-110m f32 even, and at depth 0 the two were even (bench/RESULTS.md,
-  // twenty-eighth session).
+  // L3 (bf16), the dots and the P·V took 15-20% more cycles with 16-key pages than with 256-key
+  // ones at GQA-4, head dim 128, and 40-50% more than with 64-key ones at MHA, head dim 64. In
+  // the models, sessions alternated in one process at depth 1024: llama-110m bf16 decoded 1.8%
+  // faster (median of 12 pairs in the fast mode, 10 faster), SmolLM2-135M bf16 2.5-6.3% (7 of 8
+  // pairs, one -7%), llama-1b bf16 and llama-110m f32 even; at depth 0 the two were even
+  // (bench/RESULTS.md, twenty-eighth session). On AMX CPUs bf16 GQA decode takes the tile path
+  // from 64-key pages on (kAmxPiece); not re-measured there with this default.
   int64_t block_size = 64;
   bool paged = true;  // false: one contiguous cache block per sequence
   // Prompts longer than prefill_chunk tokens are prefilled in chunks of that many tokens (the
