@@ -1698,60 +1698,41 @@ TEST(SelfAttentionOp, VarlenWorkspaceScalesWithTokensNotBatchTimesTokens) {
   EXPECT_LT(ws, size_t{2} << 20) << "workspace bytes for " << T << " packed tokens";
 }
 
-TEST(PagedAttentionOp, ThreadCountDoesNotChangeResults) {
-  Rng rng;
-  const std::vector<int64_t> ctx = {2900, 40};
+// One decode call (a query token per sequence) over a paged cache of 16-key pages, its outputs
+// compared across 1, 2 and 3 threads: q of q_dt, caches of cache_dt, heads hq / hkv of dim d.
+void expect_paged_thread_independent(Rng& rng, const std::vector<int64_t>& ctx, DType q_dt,
+                                     DType cache_dt, int64_t hq, int64_t hkv, int64_t d,
+                                     const std::string& what) {
+  const int64_t B = static_cast<int64_t>(ctx.size());
   const CacheLayout L = make_layout(rng, ctx, 16, true);
-  Buffer q = random_tensor(rng, DType::kF32, {2, 1, 4, 64}, false);
-  Buffer kc = random_tensor(rng, DType::kBF16, {L.num_blocks, 2, 16, 64}, false);
-  Buffer vc = random_tensor(rng, DType::kBF16, {L.num_blocks, 2, 16, 64}, false);
+  Buffer q = random_tensor(rng, q_dt, {B, 1, hq, d}, false);
+  Buffer kc = random_tensor(rng, cache_dt, {L.num_blocks, hkv, 16, d}, false);
+  Buffer vc = random_tensor(rng, cache_dt, {L.num_blocks, hkv, 16, d}, false);
   expect_thread_independent(
       PagedAttentionParam{},
-      {q.view, kc.view, vc.view, int_tensor(DType::kI32, ctx, {2}), block_tables_tensor(L)},
-      "paged, seed " + std::to_string(rng.seed()));
+      {q.view, kc.view, vc.view, int_tensor(DType::kI32, ctx, {B}), block_tables_tensor(L)},
+      "paged, " + what + ", " + std::to_string(hq) + " / " + std::to_string(hkv) + " heads of " +
+          std::to_string(d) + ", seed " + std::to_string(rng.seed()));
+}
+
+TEST(PagedAttentionOp, ThreadCountDoesNotChangeResults) {
+  Rng rng;
+  expect_paged_thread_independent(rng, {2900, 40}, DType::kF32, DType::kBF16, 4, 2, 64,
+                                  "f32 q, bf16 cache");
   // Tasks of several kv heads of a page (DecodeTaskHeads): how many a task takes depends on the
   // threads and on how evenly the chunks split (here 512 + 88 keys and 512 x 3 + 64), bf16 q and
   // cache as in a bf16 model: MHA at head dim 64 and GQA-4 at 128 take 12 and 8 heads a task at
   // 1 and 2 threads, 6 and 4 at 3.
-  for (const auto& [hq, hkv, d] : {std::array<int64_t, 3>{12, 12, 64}, {32, 8, 128}}) {
-    const std::vector<int64_t> ctx3 = {600, 1600};
-    const CacheLayout L3 = make_layout(rng, ctx3, 16, true);
-    Buffer q3 = random_tensor(rng, DType::kBF16, {2, 1, hq, d}, false);
-    Buffer kc3 = random_tensor(rng, DType::kBF16, {L3.num_blocks, hkv, 16, d}, false);
-    Buffer vc3 = random_tensor(rng, DType::kBF16, {L3.num_blocks, hkv, 16, d}, false);
-    expect_thread_independent(
-        PagedAttentionParam{},
-        {q3.view, kc3.view, vc3.view, int_tensor(DType::kI32, ctx3, {2}), block_tables_tensor(L3)},
-        "paged, " + std::to_string(hq) + " / " + std::to_string(hkv) + " heads, seed " +
-            std::to_string(rng.seed()));
-  }
+  expect_paged_thread_independent(rng, {600, 1600}, DType::kBF16, DType::kBF16, 12, 12, 64, "bf16");
+  expect_paged_thread_independent(rng, {600, 1600}, DType::kBF16, DType::kBF16, 32, 8, 128, "bf16");
   // f32, 8 rows per kv head (32 / 4 heads) at head dim 320, one chunk: 4 heads a task at 1
   // thread, 2 at 2 and 3. The f32 row-pair dots (which sum in another order than the other
   // dots) must not follow the task's heads.
-  {
-    const std::vector<int64_t> ctx4 = {100};
-    const CacheLayout L4 = make_layout(rng, ctx4, 16, true);
-    Buffer q4 = random_tensor(rng, DType::kF32, {1, 1, 32, 320}, false);
-    Buffer kc4 = random_tensor(rng, DType::kF32, {L4.num_blocks, 4, 16, 320}, false);
-    Buffer vc4 = random_tensor(rng, DType::kF32, {L4.num_blocks, 4, 16, 320}, false);
-    expect_thread_independent(
-        PagedAttentionParam{},
-        {q4.view, kc4.view, vc4.view, int_tensor(DType::kI32, ctx4, {1}), block_tables_tensor(L4)},
-        "paged, f32, 32 / 4 heads of 320, seed " + std::to_string(rng.seed()));
-  }
+  expect_paged_thread_independent(rng, {100}, DType::kF32, DType::kF32, 32, 4, 320, "f32");
   // 28 query rows per kv head in lanes (bf16 model; f32 cache): one task of 28 rows per chunk at
   // 1 thread, two of 16 and 12 at 2 and 3 threads (too few chunks for a thread each).
-  const std::vector<int64_t> ctx2 = {1000};
-  const CacheLayout L2 = make_layout(rng, ctx2, 16, true);
-  for (DType dt : {DType::kBF16, DType::kF32}) {
-    Buffer q2 = random_tensor(rng, dt, {1, 1, 28, 64}, false);
-    Buffer kc2 = random_tensor(rng, dt, {L2.num_blocks, 1, 16, 64}, false);
-    Buffer vc2 = random_tensor(rng, dt, {L2.num_blocks, 1, 16, 64}, false);
-    expect_thread_independent(
-        PagedAttentionParam{},
-        {q2.view, kc2.view, vc2.view, int_tensor(DType::kI32, ctx2, {1}), block_tables_tensor(L2)},
-        std::string("paged, 28 rows, ") + dtype_name(dt) + ", seed " + std::to_string(rng.seed()));
-  }
+  for (DType dt : {DType::kBF16, DType::kF32})
+    expect_paged_thread_independent(rng, {1000}, dt, dt, 28, 1, 64, dtype_name(dt));
 }
 
 // ---- ReshapeAndCache --------------------------------------------------------------------------

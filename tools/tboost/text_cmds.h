@@ -24,7 +24,8 @@ struct GenerateArgs {
   int64_t max_new_tokens = 64;
   model::SamplingParams sampling;
   bool chat = false;  // wrap the prompt in the model's chat turn markers, when it has them
-  int64_t max_seq_length = 0, block_size = 64, prefill_chunk = 512;  // TuningParams' defaults
+  int64_t max_seq_length = 0, block_size = model::TuningParams{}.block_size,
+          prefill_chunk = model::TuningParams{}.prefill_chunk;
   bool no_dynamic_chunk = false, contiguous_cache = false;
   std::string cache_dtype;  // "" (the model's dtype), f32 or bf16
 };

@@ -2746,27 +2746,26 @@ int64_t DecodeTaskHeads(const AttentionArgs& a, const std::vector<int64_t>& firs
       }
     return end;
   };
-  constexpr int kMaxCand = 8;
-  int64_t cand[kMaxCand];
-  double span[kMaxCand], best = 0.0;
-  int n = 0;
-  for (int64_t nh = nh_max; n < kMaxCand; nh = (nh + 1) / 2) {
+  // No candidate's makespan is below an even share of nh_max's total (its tasks cost the least
+  // in all), so where nh_max comes within kSlack of that, it is the choice: the common case of
+  // many chunks, decided without simulating the others.
+  const double span_max = makespan(nh_max);
+  double total = 0.0;
+  for (const int64_t k : keys)
+    total += static_cast<double>(k) *
+             (static_cast<double>(a.kv_heads) +
+              run_cost * static_cast<double>((a.kv_heads + nh_max - 1) / nh_max));
+  if (span_max <= (1.0 + kSlack) * total / threads) return nh_max;
+  constexpr int kMaxCand = 8;  // nh_max <= kDecodeTaskRows: 6 at most
+  int64_t cand[kMaxCand] = {nh_max};
+  double span[kMaxCand] = {span_max}, best = span_max;
+  int n = 1;
+  for (int64_t nh = (nh_max + 1) / 2; n < kMaxCand; nh = (nh + 1) / 2) {
     cand[n] = nh;
     span[n] = makespan(nh);
-    best = n == 0 ? span[n] : std::min(best, span[n]);
+    best = std::min(best, span[n]);
     ++n;
     if (nh == 1) break;
-    if (n == 1) {
-      // No candidate's makespan is below an even share of nh_max's total (its tasks cost the
-      // least in all), so where nh_max comes within kSlack of that, it is the choice: the
-      // common case of many chunks, decided without simulating the others.
-      double total = 0.0;
-      for (const int64_t k : keys)
-        total += static_cast<double>(k) *
-                 (static_cast<double>(a.kv_heads) +
-                  run_cost * static_cast<double>((a.kv_heads + nh_max - 1) / nh_max));
-      if (span[0] <= (1.0 + kSlack) * total / threads) return nh_max;
-    }
   }
   for (int i = 0; i < n; ++i)
     if (span[i] <= (1.0 + kSlack) * best) return cand[i];
