@@ -2,6 +2,7 @@
 #include "tboost/core/cpu_features.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -59,6 +60,11 @@ CpuFeatures detect() {
   f.vendor = vendor;
   const unsigned max_leaf = v.a;
   const Regs l1 = cpuid(1);
+  const int base_family = static_cast<int>((l1.a >> 8) & 0xF);
+  f.family = base_family == 0xF ? base_family + static_cast<int>((l1.a >> 20) & 0xFF) : base_family;
+  f.model = static_cast<int>((l1.a >> 4) & 0xF);
+  if (base_family == 0x6 || base_family == 0xF)
+    f.model |= static_cast<int>((l1.a >> 16) & 0xF) << 4;
   f.sse4_2 = l1.c & (1u << 20);
   f.fma = l1.c & (1u << 12);
   f.f16c = l1.c & (1u << 29);
@@ -131,8 +137,10 @@ std::string cpu_features_string() {
   add(f.avx_vnni, "avx_vnni");
   add(f.amx_tile, "amx_tile");
   add(f.amx_bf16, "amx_bf16");
-  return f.vendor + ": " + s + " | L1d " + kib(f.l1d_bytes) + " L2 " + kib(f.l2_bytes) + " L3 " +
-         kib(f.l3_bytes) + " (" + f.cache_source + ")";
+  char fm[32];
+  std::snprintf(fm, sizeof fm, " family %d model %d", f.family, f.model);
+  return f.vendor + fm + ": " + s + " | L1d " + kib(f.l1d_bytes) + " L2 " + kib(f.l2_bytes) +
+         " L3 " + kib(f.l3_bytes) + " (" + f.cache_source + ")";
 }
 
 }  // namespace tboost

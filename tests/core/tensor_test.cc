@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "tboost/tboost.h"
 
@@ -64,6 +66,31 @@ TEST(Context, ThreadsWorkspaceAndReport) {
   ContextOptions cuda;
   cuda.device = Device::kCUDA;
   EXPECT_THROW(Context bad(cuda), Error);
+}
+
+// The family and model that kernels tune by (attention_decode.cc: Zen 4 is AMD family 0x19 with
+// AVX-512) decode cpuid as the kernel does: /proc/cpuinfo's "cpu family" and "model".
+TEST(Context, CpuFamilyAndModelAsTheKernelReadsThem) {
+#if defined(__x86_64__) || defined(__i386__)
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) GTEST_SKIP() << "no /proc/cpuinfo";
+  int family = -1, model = -1;
+  std::string line;
+  while ((family < 0 || model < 0) && std::getline(in, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key == "cpu family") family = std::stoi(line.substr(colon + 1));
+    if (key == "model") model = std::stoi(line.substr(colon + 1));
+  }
+  if (family < 0 || model < 0) GTEST_SKIP() << "/proc/cpuinfo names no family or model";
+  EXPECT_EQ(cpu_features().family, family);
+  EXPECT_EQ(cpu_features().model, model);
+  EXPECT_NE(cpu_features_string().find("family " + std::to_string(family)), std::string::npos);
+#else
+  GTEST_SKIP() << "cpuid families are an x86 notion";
+#endif
 }
 
 TEST(Context, DenormalGuardFlushes) {

@@ -12,6 +12,9 @@ namespace tboost {
 
 struct CpuFeatures {
   std::string vendor;
+  // cpuid leaf 1's display family and model (extended fields folded in): 0x19 is AMD's Zen 3 and
+  // Zen 4, 0x1A Zen 5. Kernels that tune per core generation read these (attention_decode.cc).
+  int family = 0, model = 0;
   bool sse4_2 = false, avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false, amx_bf16 = false,

@@ -54,13 +54,13 @@ struct DecodeScratch {
 // - Sweeps across several rows at once (each row's vector x, then x + N, ...) lose the hardware
 //   prefetchers.
 // - Either way, the pass that first reads a span asks for each line 4 KiB before it loads it
-//   (StreamAhead, one request next to each line's load). On Zen 5 (scratch driver, with and
+//   (KvAhead, one request next to each line's load). On Zen 5 (scratch driver, with and
 //   without alternated in one process) this took MHA decode from 0.78-0.83 to 0.89-1.0 of a
 //   plain read, f32 GQA-4 from 0.63 to 0.74 in the host's fast memory mode, and bf16 GQA-8
 //   24-34% faster: the hardware prefetchers alone fall behind a stream that computes. Bursts of
-//   whole rows (the sweeps' earlier scheme) were equal or up to 14% slower there. (On Zen 4 a
-//   per-line prefetch into L2 had cost the MHA decode 5-10%.) Prefetching past a span's end is
-//   harmless (no fault).
+//   whole rows (the sweeps' earlier scheme) were equal or up to 14% slower there. Prefetching
+//   past a span's end is harmless (no fault). Zen 4 asks into L2 instead, 8 KiB ahead
+//   (KvAhead, DecodeAheadBytes).
 // Query rows per key up to which the dots and the P·V update take the sequential loops (more
 // rows are bound by their FMAs, and the sweep loads each q vector once for several keys). The
 // bf16 pair dot stays on the sweep for 3+ rows: measured no faster sequentially.
@@ -94,7 +94,7 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 #else
 #define TBOOST_DECODE_AVX2 0
 #endif
-// How far ahead of its loads a decode stream asks for lines (StreamAhead). On Zen 3 (AVX2)
+// How far ahead of its loads a decode stream asks for lines (KvAhead). On Zen 3 (AVX2)
 // 1 KiB rather than 4: alternated in one process from DRAM (ctx 4096, caches over 1 GiB), f32
 // MHA 6-9% faster (4 rounds), bf16 MHA 3-7%, f32 and bf16 GQA-4 0-5%, 16-token pages and
 // GQA-3 at head dim 64 within ±3%; 512 bytes gained less.
@@ -102,10 +102,43 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // from DRAM (ctx 4096, caches over 1 GiB, 2 rounds), bf16 GQA-4 and GQA-8 on AMX 8-12% faster,
 // GQA-4 in 64-key pages 7-10%, bf16 MHA 3-6%, MQA 1-9%; head dim 64, 16-key pages and f32
 // within ±2%.
+// On Zen 4 (AMD family 19h with AVX-512; Zen 3, the same family, has none) the decode streams
+// ask into L2 (prefetcht1, KvAhead) 8 KiB ahead, the P·V's requests for its next block
+// (PassAhead) into L2 too. Into L1 (prefetcht0) 4 KiB ahead, the other CPUs' way, the requests
+// held the stream back while the core computed: alternated in one process from DRAM (ctx
+// 4096, caches over 1 GiB, 3-4 rounds; bench/RESULTS.md, twenty-ninth session), bf16 GQA-4
+// 0.64-0.68 -> 0.81-0.86 of a read in turn, GQA-8 0.70-0.74 -> 0.83-0.89, f32 GQA-4 0.51-0.55
+// -> 0.58-0.85, in 16-token pages bf16 GQA-4 0.51-0.58 -> 0.71-0.78; MHA within ±5%, MQA
+// (bound by its products) even. On Zen 5 prefetcht1 alone had been 0-7% slower, and on the
+// Intel Xeon with AMX equal, so they keep prefetcht0.
+inline bool DecodeStreamsIntoL2() {
+  if (TBOOST_DECODE_AVX2) return false;
+  static const bool l2 = cpu_features().vendor == "AuthenticAMD" && cpu_features().family == 0x19 &&
+                         cpu_features().avx512f;
+  return l2;
+}
+// Read once per process; the loops test it next to each request.
+const bool kKvIntoL2 = DecodeStreamsIntoL2();
+// The decode streams' request for the line `ahead` bytes past p (StreamAhead's, into L2 where
+// DecodeStreamsIntoL2).
+HWY_INLINE void KvAhead(const void* p, int64_t ahead) {
+  const char* a = static_cast<const char*>(p) + ahead;
+  if (kKvIntoL2)
+    __builtin_prefetch(a, 0, 2);
+  else
+    __builtin_prefetch(a, 0, 3);
+}
+// KvAhead for the load at element `i` of a row of T, once per 64 bytes (StreamAheadAt's).
+template <class T>
+HWY_INLINE void KvAheadAt(const T* row, int64_t i, int64_t ahead) {
+  if (((i * static_cast<int64_t>(sizeof(T))) & 63) == 0) KvAhead(row + i, ahead);
+}
 inline int64_t DecodeAheadBytes() {
   if (TBOOST_DECODE_AVX2) return 1024;
-  static const int64_t ahead =
-      cpu_features().vendor == "GenuineIntel" && cpu_features().amx_tile ? 2048 : kStreamAheadBytes;
+  static const int64_t ahead = DecodeStreamsIntoL2() ? 2 * kStreamAheadBytes
+                               : cpu_features().vendor == "GenuineIntel" && cpu_features().amx_tile
+                                   ? 2048
+                                   : kStreamAheadBytes;
   return ahead;
 }
 // The same for a paged cache whose page holds k_head_bytes / v_head_bytes of each head. Where a
@@ -119,8 +152,16 @@ inline int64_t DecodeAheadBytes() {
 // head dim 64 in 32-key pages 5-7%; MHA (a task takes 32 heads of a page, one long run) within
 // ±5%. Wider pages keep the fixed distance: at 32 KiB a head, 8 KiB ahead measured 3-4% slower,
 // as on contiguous caches.
-inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes) {
-  const int64_t ahead = DecodeAheadBytes();
+// Zen 4's 8 KiB where a task's nh heads hold that much of a page, else the rule above from 4
+// KiB: the request for a line past the page is mapped into the next page (DecodeTask's ahead_of),
+// and 8 KiB past a page of 4 KiB lands past the next one too (Qwen2-0.5B's 14 / 2 heads of 64 in
+// 16-key pages, bf16: 126-134 µs a call at 8 KiB against 109-116 at 4).
+inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes, int64_t nh) {
+  int64_t ahead = DecodeAheadBytes();
+  if (ahead > kStreamAheadBytes) {
+    if (nh * std::min(k_head_bytes, v_head_bytes) >= ahead) return ahead;
+    ahead = kStreamAheadBytes;
+  }
   const bool page_ahead = ahead == kStreamAheadBytes && k_head_bytes == v_head_bytes &&
                           k_head_bytes > ahead && k_head_bytes <= 2 * kStreamAheadBytes;
   return page_ahead ? k_head_bytes : ahead;
@@ -208,10 +249,10 @@ HWY_NOINLINE void EoToNatural(float* HWY_RESTRICT o, int64_t Dv) {
 template <class TK>
 constexpr int kUnitVecs = 1;
 // Loads the kUnitVecs<TK> vectors of features [x, x + kUnitVecs·N) of row k (x a multiple of
-// the unit), asking for the line pf bytes ahead (StreamAheadAt) where the loads start one.
+// the unit), asking for the line pf bytes ahead (KvAheadAt) where the loads start one.
 template <class TK>
 HWY_INLINE void LoadUnit(const TK* HWY_RESTRICT k, int64_t x, VF* kv, int64_t pf, bool ask = true) {
-  if (ask) StreamAheadAt(k, x, pf);
+  if (ask) KvAheadAt(k, x, pf);
   kv[0] = LoadF(DF(), k + x);
 }
 #if TBOOST_DECODE_AVX2
@@ -219,7 +260,7 @@ template <>
 constexpr int kUnitVecs<bf16eo_t> = 2;
 template <>
 HWY_INLINE void LoadUnit(const bf16eo_t* HWY_RESTRICT k, int64_t x, VF* kv, int64_t pf, bool ask) {
-  if (ask) StreamAheadAt(k, x, pf);
+  if (ask) KvAheadAt(k, x, pf);
   WidenPairs(DF(), reinterpret_cast<const bf16_t*>(k + x), kv, kv + 1);
 }
 #endif
@@ -457,7 +498,7 @@ HWY_INLINE void DotKeysF32RowPairs(const char* HWY_RESTRICT row, int64_t row_byt
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       const float* k = reinterpret_cast<const float*>(row + kk * row_bytes) + 8 * i;
-      if ((i & 1) == 0) StreamAhead(k, pf);
+      if ((i & 1) == 0) KvAhead(k, pf);
       const __m512 kv = _mm512_broadcast_f32x8(_mm256_loadu_ps(k));
 #pragma GCC unroll 16
       for (int p = 0; p < NP; ++p) acc[p][kk] = _mm512_fmadd_ps(q[p], kv, acc[p][kk]);
@@ -523,7 +564,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
     for (int kk = 0; kk < KK; ++kk) {
       const uint32_t* k = reinterpret_cast<const uint32_t*>(row + kk * row_bytes);
       for (int64_t p = 0; p < P16; p += 16) {
-        StreamAhead(k + p, pf);
+        KvAhead(k + p, pf);
         const __m512i kv = _mm512_loadu_si512(k + p);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
@@ -531,7 +572,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
               acc[g][kk].raw, (__m512bh)_mm512_loadu_si512(q2 + g * ldq2 + p), (__m512bh)kv);
       }
       if constexpr (kHalf) {
-        StreamAhead(k + P16, pf);
+        KvAhead(k + P16, pf);
         const __m512i kv = _mm512_maskz_loadu_epi32(kLast8, k + P16);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g)
@@ -547,7 +588,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
       __m512bh kv[KK];
 #pragma GCC unroll 16
       for (int kk = 0; kk < KK; ++kk) {
-        StreamAhead(k[kk] + p, pf);
+        KvAhead(k[kk] + p, pf);
         kv[kk] = (__m512bh)_mm512_loadu_si512(k[kk] + p);
       }
 #pragma GCC unroll 16
@@ -562,7 +603,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
       __m512bh kv[KK];
 #pragma GCC unroll 16
       for (int kk = 0; kk < KK; ++kk) {
-        StreamAhead(k[kk] + P16, pf);
+        KvAhead(k[kk] + P16, pf);
         kv[kk] = (__m512bh)_mm512_maskz_loadu_epi32(kLast8, k[kk] + P16);
       }
 #pragma GCC unroll 16
@@ -615,7 +656,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowPairs(const char* HWY_RESTRIC
 #pragma GCC unroll 16
     for (int kk = 0; kk < KK; ++kk) {
       const char* k = row + kk * row_bytes + 32 * i;
-      if ((i & 1) == 0) StreamAhead(k, pf);
+      if ((i & 1) == 0) KvAhead(k, pf);
       const __m512bh kv =
           (__m512bh)_mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k)));
 #pragma GCC unroll 16
@@ -660,7 +701,7 @@ inline size_t PairFn(int64_t dim, int64_t rows) {
 // The rows the P·V reads after the current block (`next`, nrows of them, the same row_bytes and
 // X lines each), asked for a share at each step of each of the block's npass > 1 passes
 // (PassAhead; the pair P·V's PvPairs and the f32 register tiles of AxpySpan). A P·V of one pass
-// asks instead for each line pf bytes before it loads it (StreamAhead).
+// asks instead for each line pf bytes before it loads it (KvAhead).
 // Where only the first pass asked for lines (4 KiB ahead of its loads), the memory idled while
 // the later passes computed from L1: half of the P·V at G = 4 (two 64-feature halves), three
 // quarters at G = 8. Spread over the passes, one block (64 keys at Dv = 128) ahead, from DRAM
@@ -721,16 +762,16 @@ class PassAhead {
     if constexpr (kL > 0) {
       if (dense_) {
 #pragma GCC unroll 16
-        for (int i = 0; i < kL; ++i) __builtin_prefetch(r + i * 64, 0, 3);
+        for (int i = 0; i < kL; ++i) KvAhead(r + i * 64, 0);
         return;
       }
     }
     if (dense_) {
-      for (int64_t i = 0; i < noffs_; ++i) __builtin_prefetch(r + i * 64, 0, 3);
+      for (int64_t i = 0; i < noffs_; ++i) KvAhead(r + i * 64, 0);
     } else {
 #pragma GCC diagnostic push  // offs_[0, noffs_) is set wherever dense_ is false
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-      for (int64_t i = 0; i < noffs_; ++i) __builtin_prefetch(r + offs_[i], 0, 3);
+      for (int64_t i = 0; i < noffs_; ++i) KvAhead(r + offs_[i], 0);
 #pragma GCC diagnostic pop
     }
   }
@@ -1158,12 +1199,12 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvSteps(PvLanes (&acc)[GB][XB], const char*
       const char* r1 = single ? r0 : r0 + row_bytes;
 #pragma GCC unroll 16
       for (int xb = 0; xb < XB; ++xb) {
-        if (stream) StreamAhead(r0 + (x0 + xb) * 64, pf);
+        if (stream) KvAhead(r0 + (x0 + xb) * 64, pf);
         a[xb] = load(r0 + (x0 + xb) * 64, xb);
       }
 #pragma GCC unroll 16
       for (int xb = 0; xb < XB; ++xb) {
-        if (stream) StreamAhead(r1 + (x0 + xb) * 64, pf);
+        if (stream) KvAhead(r1 + (x0 + xb) * 64, pf);
         b[xb] = load(r1 + (x0 + xb) * 64, xb);
       }
     }
@@ -1319,7 +1360,7 @@ HWY_INLINE void ForPvBlocks(const char* row, int64_t row_bytes, int64_t n, int64
 // The value rows of a span (n rows, Dv a multiple of 16) in blocks of pairs, into outputs in
 // lane order (PvToNatural). The passes over a block ask for the next block's rows (RowsAhead);
 // after the span's last block, for the next_rows rows at `next` (where the stream goes on). A
-// single pass asks instead for each line 4 KiB ahead (StreamAhead, distance pf).
+// single pass asks instead for each line pf bytes ahead (KvAhead).
 template <int G, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void AxpySpanBf16Dp(const char* row, int64_t row_bytes, int64_t n,
                                                       int64_t Dv, const uint16_t* pb, int64_t ldp,
@@ -1415,7 +1456,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPagesPairs(const PvSpan* sp, int64_t ns, 
   RowsAhead* ra = reinterpret_cast<RowsAhead*>(ra_bytes);
   const int64_t nra = std::min(ns, nnx);
   for (int64_t i = 0; i < nra; ++i) {
-    // A single pass asks for the next span too: elsewhere it asks by StreamAhead, whose fixed
+    // A single pass asks for the next span too: elsewhere it asks by KvAhead, whose fixed
     // distance points past a page.
     new (ra + i) RowsAhead(nx[i].row + nhoff, nx[i].n, npass, (sp[i].n + 1) / 2, X);
     ra[i].next = nx[i].row + nhoff;
@@ -1695,7 +1736,7 @@ HWY_INLINE void DotKeysWideF32(const char* HWY_RESTRICT row, int64_t row_bytes, 
   __m512 acc[KK][NL] = {};
   for (int64_t d0 = 0; d0 < D; d0 += 16) {  // a line of each key per step
 #pragma GCC unroll 16
-    for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * d0, pf);
+    for (int kk = 0; kk < KK; ++kk) KvAhead(row + kk * row_bytes + 4 * d0, pf);
     const int64_t d1 = std::min(D, d0 + 16);
     for (int64_t i = d0; i < d1; ++i) {
       __m512 q[NL];
@@ -1780,7 +1821,7 @@ HWY_INLINE void DotKeysPairedWideF32(const char* HWY_RESTRICT row, int64_t row_b
   const int64_t P = D / 2;
   for (int64_t d0 = 0; d0 < D; d0 += 16) {  // a line of each key per step
 #pragma GCC unroll 16
-    for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * d0, pf);
+    for (int kk = 0; kk < KK; ++kk) KvAhead(row + kk * row_bytes + 4 * d0, pf);
     const int64_t p0 = d0 / 2;
     if (p0 + 8 <= P) {
 #pragma GCC unroll 8
@@ -1904,7 +1945,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysWide(const char* HWY_RESTRICT row, i
   const int64_t P = D / 2, P16 = P / 16 * 16;
   for (int64_t p = 0; p < P; p += 16) {  // a line of each key per step
 #pragma GCC unroll 16
-    for (int kk = 0; kk < KK; ++kk) StreamAhead(row + kk * row_bytes + 4 * p, pf);
+    for (int kk = 0; kk < KK; ++kk) KvAhead(row + kk * row_bytes + 4 * p, pf);
     if (p < P16) {
 #pragma GCC unroll 16
       for (int64_t i = p; i < p + 16; ++i) pair_step(i);
@@ -2104,7 +2145,7 @@ TBOOST_BF16_DOT_ATTR void AmxScores(const char* row, int64_t row_bytes, int64_t 
   // (bf16 GQA-4 and GQA-8 at ctx 4096, alternated runs).
   for (int64_t t = 0; t < n16; t += 16) {
     for (int64_t r = 0; r < 16; ++r)
-      for (int64_t b = 0; b < D * 2; b += 64) StreamAhead(row + (t + r) * row_bytes + b, pf);
+      for (int64_t b = 0; b < D * 2; b += 64) KvAhead(row + (t + r) * row_bytes + b, pf);
     amx_gemm(reinterpret_cast<const uint16_t*>(row + t * row_bytes), row_bytes, 1, q2t, cols * 4,
              cols / 16, D, ct, cols, false);
     for (int64_t g = 0; g < G; ++g)
@@ -2127,11 +2168,11 @@ TBOOST_BF16_DOT_ATTR void PackV2Lanes(const char* row, int64_t row_bytes, int64_
     const char* r1 = r0 + row_bytes;
     const bool odd = 2 * k + 1 < n;
     for (int64_t c = 0; c < Dv; c += 32) {
-      StreamAhead(r0 + 2 * c, pf);
+      KvAhead(r0 + 2 * c, pf);
       const __m512i a = _mm512_loadu_si512(r0 + 2 * c);
       __m512i b = _mm512_setzero_si512();
       if (odd) {
-        StreamAhead(r1 + 2 * c, pf);
+        KvAhead(r1 + 2 * c, pf);
         b = _mm512_loadu_si512(r1 + 2 * c);
       }
       _mm512_storeu_si512(dst + c, _mm512_unpacklo_epi16(a, b));
@@ -2193,7 +2234,7 @@ TBOOST_BF16_DOT_ATTR void AmxPvRows(const char* row, int64_t row_bytes, int64_t 
     for (int64_t r = 0; r < 16; ++r) {
       if (n16 + r < n) {
         const char* src = row + (n16 + r) * row_bytes;
-        for (int64_t b = 0; b < vb; b += 64) StreamAhead(src + b, pf);
+        for (int64_t b = 0; b < vb; b += 64) KvAhead(src + b, pf);
         std::memcpy(t + r * vb, src, static_cast<size_t>(vb));
       } else {
         std::memset(t + r * vb, 0, static_cast<size_t>(vb));
@@ -2400,7 +2441,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   }
   lo = std::max(lo, c0);
   hi = std::min(hi, c1 - 1);
-  // The prefetch distance (StreamAhead's `ahead`) of head hh in a span of a paged cache, whose
+  // The prefetch distance (KvAhead's `ahead`) of head hh in a span of a paged cache, whose
   // page holds the task's nh heads side by side (nh·head_bytes, read front to back): the fixed
   // distance where the target of the head's first row stays in the page, else the same
   // distance into the next page (key jn on), as the stream goes on there (a head across the
@@ -2411,7 +2452,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // heads of 2 KiB. The last head's mapping, alternated in one process with 16-token pages, from
   // DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32
   // GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
-  const int64_t ahead = kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes) : DecodeAheadBytes();
+  const int64_t ahead =
+      kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes, nh) : DecodeAheadBytes();
   auto ahead_of = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes,
                       int64_t hh) {
     if (!kv.table || jn > hi || hh * head_bytes + ahead < nh * head_bytes) return ahead;
