@@ -63,8 +63,9 @@ CpuFeatures detect() {
   const int base_family = static_cast<int>((l1.a >> 8) & 0xF);
   f.family = base_family == 0xF ? base_family + static_cast<int>((l1.a >> 20) & 0xFF) : base_family;
   f.model = static_cast<int>((l1.a >> 4) & 0xF);
-  if (base_family == 0x6 || base_family == 0xF)
-    f.model |= static_cast<int>((l1.a >> 16) & 0xF) << 4;
+  // The extended model counts from family 6 on, as Linux reads it (/proc/cpuinfo): Intel's rule
+  // (families 6 and 15) and AMD's (15 and up) agree with it on their own CPUs.
+  if (f.family >= 0x6) f.model |= static_cast<int>((l1.a >> 16) & 0xF) << 4;
   f.sse4_2 = l1.c & (1u << 20);
   f.fma = l1.c & (1u << 12);
   f.f16c = l1.c & (1u << 29);

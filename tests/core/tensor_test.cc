@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -81,8 +82,12 @@ TEST(Context, CpuFamilyAndModelAsTheKernelReadsThem) {
     if (colon == std::string::npos) continue;
     std::string key = line.substr(0, colon);
     key.erase(key.find_last_not_of(" \t") + 1);
-    if (key == "cpu family") family = std::stoi(line.substr(colon + 1));
-    if (key == "model") model = std::stoi(line.substr(colon + 1));
+    const char* value = line.c_str() + colon + 1;
+    char* end = nullptr;
+    const long v = std::strtol(value, &end, 10);
+    if (end == value) continue;  // not a number: leave the field unread
+    if (key == "cpu family") family = static_cast<int>(v);
+    if (key == "model") model = static_cast<int>(v);
   }
   if (family < 0 || model < 0) GTEST_SKIP() << "/proc/cpuinfo names no family or model";
   EXPECT_EQ(cpu_features().family, family);

@@ -28,7 +28,7 @@ struct CpuFeatures {
 
 // Detected once, then cached.
 const CpuFeatures& cpu_features();
-// One-line summary: "avx2 fma f16c avx512f ... | L1d 48K L2 1M L3 32M (cpuid)".
+// One-line summary: "AuthenticAMD family 25 model 17: avx2 fma ... | L1d 32K L2 1M L3 32M (cpuid)".
 std::string cpu_features_string();
 
 }  // namespace tboost

@@ -56,7 +56,7 @@ constexpr int64_t kDecodeSub = 512;
 constexpr int64_t kDecodeChunk = 512;
 // Contiguous caches take chunks of up to kDecodeChunkMax keys while the call still has
 // kDecodeMinTasks tasks (sized for a few cores). A task's K and V streams then run on from one
-// 512-key span to the next, each span's last StreamAhead requests reaching the next one's first
+// 512-key span to the next, each span's last KvAhead requests reaching the next one's first
 // rows, where a new task had started both streams cold. Alternated in one process from DRAM
 // (ctx 4096, caches over 1 GiB; 2048 against 512 keys): bf16 MHA 4-9% faster, bf16 GQA-4 7-10%
 // with fast reads (64-69 GB/s) and 3.6-4.8% at ctx 16384, f32 GQA-4 6-8%, bf16 GQA-8 2-4%. Paged

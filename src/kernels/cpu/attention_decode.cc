@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -53,14 +54,14 @@ struct DecodeScratch {
 //   stream that the hardware prefetchers follow.
 // - Sweeps across several rows at once (each row's vector x, then x + N, ...) lose the hardware
 //   prefetchers.
-// - Either way, the pass that first reads a span asks for each line 4 KiB before it loads it
-//   (KvAhead, one request next to each line's load). On Zen 5 (scratch driver, with and
-//   without alternated in one process) this took MHA decode from 0.78-0.83 to 0.89-1.0 of a
-//   plain read, f32 GQA-4 from 0.63 to 0.74 in the host's fast memory mode, and bf16 GQA-8
-//   24-34% faster: the hardware prefetchers alone fall behind a stream that computes. Bursts of
-//   whole rows (the sweeps' earlier scheme) were equal or up to 14% slower there. Prefetching
-//   past a span's end is harmless (no fault). Zen 4 asks into L2 instead, 8 KiB ahead
-//   (KvAhead, DecodeAheadBytes).
+// - Either way, the pass that first reads a span asks for each line 1-8 KiB before it loads it
+//   (KvAhead, one request next to each line's load; DecodeAheadBytes says how far). On Zen 5
+//   (scratch driver, with and without alternated in one process) this took MHA decode from
+//   0.78-0.83 to 0.89-1.0 of a plain read, f32 GQA-4 from 0.63 to 0.74 in the host's fast memory
+//   mode, and bf16 GQA-8 24-34% faster: the hardware prefetchers alone fall behind a stream that
+//   computes. Bursts of whole rows (the sweeps' earlier scheme) were equal or up to 14% slower
+//   there. Prefetching past a span's end is harmless (no fault). Zen 4 asks into L2 instead, 8 KiB
+//   ahead (KvAhead, DecodeAheadBytes).
 // Query rows per key up to which the dots and the P·V update take the sequential loops (more
 // rows are bound by their FMAs, and the sweep loads each q vector once for several keys). The
 // bf16 pair dot stays on the sweep for 3+ rows: measured no faster sequentially.
@@ -104,26 +105,29 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // within ±2%.
 // On Zen 4 (AMD family 19h with AVX-512; Zen 3, the same family, has none) the decode streams
 // ask into L2 (prefetcht1, KvAhead) 8 KiB ahead, the P·V's requests for its next block
-// (PassAhead) into L2 too. Into L1 (prefetcht0) 4 KiB ahead, the other CPUs' way, the requests
-// held the stream back while the core computed: alternated in one process from DRAM (ctx
-// 4096, caches over 1 GiB, 3-4 rounds; bench/RESULTS.md, twenty-ninth session), bf16 GQA-4
-// 0.64-0.68 -> 0.81-0.86 of a read in turn, GQA-8 0.70-0.74 -> 0.83-0.89, f32 GQA-4 0.51-0.55
-// -> 0.58-0.85, in 16-token pages bf16 GQA-4 0.51-0.58 -> 0.71-0.78; MHA within ±5%, MQA
-// (bound by its products) even. On Zen 5 prefetcht1 alone had been 0-7% slower, and on the
-// Intel Xeon with AMX equal, so they keep prefetcht0.
+// (PassAhead) into L2 too. Into L1 (prefetcht0) 4 KiB ahead, as on Zen 5, the requests held the
+// stream back while the core computed: alternated in one process from DRAM (ctx 4096, caches
+// over 1 GiB, 3 rounds; bench/RESULTS.md, twenty-ninth session), bf16 GQA-4 692-714 -> 550-573
+// µs a call (4 rounds), 0.58-0.67 -> 0.80-0.88 of a read in turn (3), in 16-token pages
+// 0.49-0.55 -> 0.71-0.72; f32 GQA-4 0.51-0.55 -> 0.58-0.85; MHA 4% slower to 18% faster, bf16 MHA
+// at head dim 80 4-6% slower; MQA (bound by its products) even. On Zen 5 prefetcht1 alone had been
+// 0-7% slower, and on the Intel Xeon's AMX path equal, so the other CPUs keep prefetcht0.
 inline bool DecodeStreamsIntoL2() {
   if (TBOOST_DECODE_AVX2) return false;
   static const bool l2 = cpu_features().vendor == "AuthenticAMD" && cpu_features().family == 0x19 &&
                          cpu_features().avx512f;
   return l2;
 }
-// Read once per process; the loops test it next to each request.
-const bool kKvIntoL2 = DecodeStreamsIntoL2();
+// DecodeStreamsIntoL2, for the loops that test it next to each request: stored by DecodeForward
+// before its tasks run (a static initializer would run this target's code, and read the CPU,
+// when the library loads, on CPUs without its instructions too). Relaxed: concurrent calls store
+// the same value.
+std::atomic<bool> kv_into_l2{false};
 // The decode streams' request for the line `ahead` bytes past p (StreamAhead's, into L2 where
 // DecodeStreamsIntoL2).
 HWY_INLINE void KvAhead(const void* p, int64_t ahead) {
   const char* a = static_cast<const char*>(p) + ahead;
-  if (kKvIntoL2)
+  if (!TBOOST_DECODE_AVX2 && kv_into_l2.load(std::memory_order_relaxed))
     __builtin_prefetch(a, 0, 2);
   else
     __builtin_prefetch(a, 0, 3);
@@ -860,7 +864,7 @@ constexpr int AxpyRowsPerPass(int OV) {
   return OV >= kAcc ? 1 : kAcc / OV;
 }
 // With `ahead` (AxpySpan's blocks), each pass asks for its share of the next block's lines
-// (PassAhead) instead of the first pass asking for each line 4 KiB ahead.
+// (PassAhead) instead of the first pass asking for each line pf bytes ahead.
 template <class TK, int OV, int G>
 HWY_INLINE void AxpyKeysSeq(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t KK,
                             const float* HWY_RESTRICT p, int64_t pstride, float* HWY_RESTRICT os,
@@ -2820,6 +2824,8 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const int64_t D = a.head_dim, Dv = a.v_head_dim, g = Group(a);
   const int64_t Gmax = g * a.sq, Dvp = DecodeDvp(Dv), P = PartialFloats(Dvp);
   if (Gmax == 0) return;  // no query token in any sequence: nothing to write
+  if (kv_into_l2.load(std::memory_order_relaxed) != DecodeStreamsIntoL2())
+    kv_into_l2.store(DecodeStreamsIntoL2(), std::memory_order_relaxed);
   // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
   // partials take space for the keys that exist, not for batch x the longest sequence.
   const bool amx_ok = DecodeAmx(a);
