@@ -475,8 +475,13 @@ constexpr int64_t kFarStreamAheadBytes = 1024;
 // - `tboost bench`, binaries in turn: llama-110m bf16 279-293 against 315-319 tokens/s (fast
 //   mode), llama-110m f32 114.5-115.2 against 113.6-113.8 (slow mode), llama-1b bf16 41.8 against
 //   47.1-47.2 (fast mode).
-// Zen 4 (the same vendor's AVX-512 cores) is not measured. AVX2 machines (Zen 3) and Intel keep
-// the requests, measured to gain there (above).
+// On Zen 4 (llama-110m, `tboost bench -p 16 -n 128 -r 3`, builds in turn, fractions of the read
+// timed with each run; bench/RESULTS.md, twenty-ninth session) the quiet streams (with the
+// per-step choice of prefetchnta) read at a median 0.90 (bf16, 18 runs) and 0.96 (f32, 9),
+// requests 4 KiB ahead (bf16) or 1 KiB (f32) into L1 at 0.89 and 0.96 (0.82-0.83 in f32's
+// fast-mode round), the same requests into L2 at 0.94 and 0.96, with the memory modes spread
+// unevenly over the runs: no clear gain, so Zen 4 keeps the quiet streams. AVX2 machines (Zen 3)
+// and Intel keep the requests, measured to gain there (above).
 // From 3 x rows they keep asking: with 3 or 4 dots per weight vector the loop falls behind
 // the hardware prefetchers (bench-ops GEMV 2048x5632, asking against not: 4 rows 0.90-0.92 of
 // the read against 0.80-0.83 in the slow mode, 0.64-0.72 against 0.55-0.58 in the fast mode;
