@@ -47,9 +47,9 @@ bool read_cache_leaf(unsigned leaf, CpuFeatures& f) {
 }
 #endif
 
-CpuFeatures detect() {
+// Everything but the core count: cpuid alone (cpu_isa).
+CpuFeatures detect_isa() {
   CpuFeatures f;
-  f.logical_cores = available_cores();
   f.cache_source = "default";
 #if defined(__x86_64__) || defined(__i386__)
   const Regs v = cpuid(0);
@@ -114,8 +114,17 @@ std::string kib(int64_t b) {
 
 }  // namespace
 
+const CpuFeatures& cpu_isa() {
+  static const CpuFeatures f = detect_isa();
+  return f;
+}
+
 const CpuFeatures& cpu_features() {
-  static const CpuFeatures f = detect();
+  static const CpuFeatures f = [] {
+    CpuFeatures c = cpu_isa();
+    c.logical_cores = available_cores();
+    return c;
+  }();
   return f;
 }
 

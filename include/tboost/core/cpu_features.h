@@ -28,7 +28,12 @@ struct CpuFeatures {
 
 // Detected once, then cached.
 const CpuFeatures& cpu_features();
-// One-line summary: "AuthenticAMD family 25 model 17: avx2 fma ... | L1d 32K L2 1M L3 32M (cpuid)".
+// cpu_features() without the core count (logical_cores stays 1): cpuid alone, no thread affinity
+// read, so that code run while the library loads may ask (attention_decode.cc), and a program
+// that narrows its affinity later still gets its count from cpu_features().
+const CpuFeatures& cpu_isa();
+// One-line summary: "AuthenticAMD family 25 model 17: sse4.2 avx avx2 fma ... | L1d 32K L2 1M L3
+// 32M (cpuid)".
 std::string cpu_features_string();
 
 }  // namespace tboost

@@ -940,6 +940,11 @@ bool attention_decode_bf16_amx(int64_t rows, int64_t block_size) {
   return amx_bf16_usable() && rows >= 2 && (block_size == 0 || block_size >= 64);
 }
 
+bool attention_decode_streams_into_l2() {
+  const CpuFeatures& f = cpu_isa();
+  return f.vendor == "AuthenticAMD" && f.family == 0x19 && f.avx512f;
+}
+
 bool attention_amx_allowed() {
   const char* env = std::getenv("TBOOST_ATTN_AMX");
   return !(env && std::strcmp(env, "0") == 0);

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -109,25 +108,25 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // stream back while the core computed: alternated in one process from DRAM (ctx 4096, caches
 // over 1 GiB, 3 rounds; bench/RESULTS.md, twenty-ninth session), bf16 GQA-4 692-714 -> 550-573
 // µs a call (4 rounds), 0.58-0.67 -> 0.80-0.88 of a read in turn (3), in 16-token pages
-// 0.49-0.55 -> 0.71-0.72; f32 GQA-4 0.51-0.55 -> 0.58-0.85; MHA 4% slower to 18% faster, bf16 MHA
-// at head dim 80 4-6% slower; MQA (bound by its products) even. On Zen 5 prefetcht1 alone had been
-// 0-7% slower, and on the Intel Xeon's AMX path equal, so the other CPUs keep prefetcht0.
+// 0.49-0.55 -> 0.71-0.72; f32 GQA-4 0.51-0.55 -> 0.58-0.85; MHA from 4% more time a call to 18%
+// less, bf16 MHA at head dim 80 3.6-5.5% more; MQA (bound by its products) even. On Zen 5
+// prefetcht1 alone had been 0-7% slower, and on the Intel Xeon's AMX path equal, so the other CPUs
+// keep prefetcht0.
 inline bool DecodeStreamsIntoL2() {
-  if (TBOOST_DECODE_AVX2) return false;
-  static const bool l2 = cpu_features().vendor == "AuthenticAMD" && cpu_features().family == 0x19 &&
-                         cpu_features().avx512f;
-  return l2;
+  return !TBOOST_DECODE_AVX2 && attention_decode_streams_into_l2();
 }
-// DecodeStreamsIntoL2, for the loops that test it next to each request: stored by DecodeForward
-// before its tasks run (a static initializer would run this target's code, and read the CPU,
-// when the library loads, on CPUs without its instructions too). Relaxed: concurrent calls store
-// the same value.
-std::atomic<bool> kv_into_l2{false};
+// DecodeStreamsIntoL2 for the loops that test it next to each request, read once when the
+// library loads. Its initializer calls only attention_decode_streams_into_l2 (cpuid, compiled
+// for no particular ISA): a function of this file, compiled for this target, would run its
+// instructions at load, on CPUs without them too. A const object the loops may keep in a
+// register: a relaxed atomic stored by each call, loaded at each request, had cost 4-10% from
+// L3 (MHA and GQA-4, 16-key pages too, against the old source).
+const bool kKvIntoL2 = !TBOOST_DECODE_AVX2 && attention_decode_streams_into_l2();
 // The decode streams' request for the line `ahead` bytes past p (StreamAhead's, into L2 where
 // DecodeStreamsIntoL2).
 HWY_INLINE void KvAhead(const void* p, int64_t ahead) {
   const char* a = static_cast<const char*>(p) + ahead;
-  if (!TBOOST_DECODE_AVX2 && kv_into_l2.load(std::memory_order_relaxed))
+  if (kKvIntoL2)
     __builtin_prefetch(a, 0, 2);
   else
     __builtin_prefetch(a, 0, 3);
@@ -2824,8 +2823,6 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   const int64_t D = a.head_dim, Dv = a.v_head_dim, g = Group(a);
   const int64_t Gmax = g * a.sq, Dvp = DecodeDvp(Dv), P = PartialFloats(Dvp);
   if (Gmax == 0) return;  // no query token in any sequence: nothing to write
-  if (kv_into_l2.load(std::memory_order_relaxed) != DecodeStreamsIntoL2())
-    kv_into_l2.store(DecodeStreamsIntoL2(), std::memory_order_relaxed);
   // Chunks are numbered across sequences (sequence b owns [first[b], first[b+1])), so the
   // partials take space for the keys that exist, not for batch x the longest sequence.
   const bool amx_ok = DecodeAmx(a);

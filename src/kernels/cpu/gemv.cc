@@ -460,8 +460,8 @@ constexpr int64_t kBlock = 16;  // outputs gathered per epilogue call (2 AVX2 ve
 // - bench-ops GEMVs (fractions of that read timed in turn): 2048x5632 f32 1.08-1.10 against
 //   0.77-0.78, bf16 1.06-1.08 against 0.96-0.98; 4 x rows f32 1.11-1.13 against 0.94-0.95,
 //   bf16 1.06-1.07 against 0.85-0.86.
-// Not measured on AMD's AVX-512 (Zen 4 / Zen 5, where 4 adjacent rows, not far apart, had been
-// slower) nor for 5-8 x rows: those keep the blocks path.
+// AMD's AVX-512 cores take the far streams too, without software requests for 1-2 x rows
+// (FarStreamsAskAhead below); 5-8 x rows keep the blocks path.
 constexpr bool kFarStreams = HWY_TARGET == HWY_AVX2 || TBOOST_GEMV_REGS == 32;
 constexpr int64_t kFarStreamAheadBytes = 1024;
 // Whether the far streams ask for their lines ahead in software at all. Not on AMD's AVX-512
@@ -475,7 +475,8 @@ constexpr int64_t kFarStreamAheadBytes = 1024;
 // - `tboost bench`, binaries in turn: llama-110m bf16 279-293 against 315-319 tokens/s (fast
 //   mode), llama-110m f32 114.5-115.2 against 113.6-113.8 (slow mode), llama-1b bf16 41.8 against
 //   47.1-47.2 (fast mode).
-// On Zen 4 (llama-110m, `tboost bench -p 16 -n 128 -r 3`, builds in turn, fractions of the read
+// On Zen 4 (llama-110m, `tboost bench -p 16 -n 128 -r 3`, one build with the three ways switched
+// by the environment, in turn; fractions of the read
 // timed with each run; bench/RESULTS.md, twenty-ninth session) the quiet streams (with the
 // per-step choice of prefetchnta) read at a median 0.90 (bf16, 18 runs) and 0.96 (f32, 9),
 // requests 4 KiB ahead (bf16) or 1 KiB (f32) into L1 at 0.89 and 0.96 (0.82-0.83 in f32's

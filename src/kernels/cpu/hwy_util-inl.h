@@ -190,9 +190,10 @@ HWY_INLINE void PrefetchRangeL2(const char* p, int64_t bytes) {
   for (int64_t k = 0; k < bytes; k += 64) __builtin_prefetch(p + k, 0, 2);
 }
 
-// Streams that compute on what they read (decode's weight GEMVs; its attention over the KV cache
-// asks the same way through KvAhead, attention_decode.cc, into L2 on Zen 4) ask for each 64-byte
-// line kStreamAheadBytes before they load it, one prefetcht0 next to the load of each line. The
+// Streams that compute on what they read (decode's weight GEMVs, with per-CPU distances and
+// none on AMD's AVX-512 cores for 1-2 x rows, gemv.cc; its attention over the KV cache asks the
+// same way through KvAhead, attention_decode.cc, into L2 on Zen 4) ask for each 64-byte line
+// kStreamAheadBytes before they load it, one prefetcht0 next to the load of each line. The
 // hardware prefetchers alone fall behind such a stream: on Zen 5 a loop with 8 FMAs per line read
 // 0.57-0.72 of a plain read's bandwidth when the host's memory was in its fast mode, 0.79-0.92 with
 // this; chains of llama-110m's bf16 GEMVs ran 6-36% faster in 11 of 12 runs (bench/RESULTS.md,

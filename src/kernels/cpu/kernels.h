@@ -465,6 +465,10 @@ bool attention_prefill_bf16_amx();
 bool attention_decode_bf16_amx(int64_t rows, int64_t block_size);
 // AttentionArgs::allow_amx as the environment sets it: false when TBOOST_ATTN_AMX is "0".
 bool attention_amx_allowed();
+// Whether decode attention asks for its K/V lines into L2 rather than L1 (Zen 4: AMD family 19h
+// with AVX-512; attention_decode.cc says why). cpuid alone (cpu_isa): safe while the library
+// loads, and compiled for no particular ISA (attention.cc's HWY_ONCE part).
+bool attention_decode_streams_into_l2();
 
 // Attention backward (src/kernels/cpu/attention_backward.cc). f: the forward's arguments with
 // its outputs o and lse as inputs (not paged, no context_lens); dout like o; dq like q (dtype),
