@@ -119,7 +119,7 @@ inline bool DecodeStreamsIntoL2() {
 // library loads. Its initializer calls only attention_decode_streams_into_l2 (cpuid, compiled
 // for no particular ISA): a function of this file, compiled for this target, would run its
 // instructions at load, on CPUs without them too. A const object the loops may keep in a
-// register: a relaxed atomic stored by each call, loaded at each request, had cost 4-10% from
+// register: a relaxed atomic stored by each call, loaded at each request, had cost 3-10% from
 // L3 (MHA and GQA-4, 16-key pages too, against the old source).
 const bool kKvIntoL2 = !TBOOST_DECODE_AVX2 && attention_decode_streams_into_l2();
 // The decode streams' request for the line `ahead` bytes past p (StreamAhead's, into L2 where
