@@ -92,10 +92,8 @@ TEST(Context, CpuFamilyAndModelAsTheKernelReadsThem) {
   if (family < 0 || model < 0) GTEST_SKIP() << "/proc/cpuinfo names no family or model";
   EXPECT_EQ(cpu_features().family, family);
   EXPECT_EQ(cpu_features().model, model);
-  // cpu_isa: the same cpuid, without the core count (safe while the library loads).
+  // cpu_isa (what the kernels read while the library loads): the same cpuid, no core count.
   EXPECT_EQ(cpu_isa().family, family);
-  EXPECT_EQ(cpu_isa().vendor, cpu_features().vendor);
-  EXPECT_EQ(cpu_isa().avx512f, cpu_features().avx512f);
   EXPECT_EQ(cpu_isa().logical_cores, 1);
   EXPECT_NE(cpu_features_string().find("family " + std::to_string(family)), std::string::npos);
 #else

@@ -112,18 +112,15 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // less, bf16 MHA at head dim 80 3.6-5.5% more; MQA (bound by its products) even. On Zen 5
 // prefetcht1 alone had been 0-7% slower, and on the Intel Xeon's AMX path equal, so the other CPUs
 // keep prefetcht0.
-inline bool DecodeStreamsIntoL2() {
-  return !TBOOST_DECODE_AVX2 && attention_decode_streams_into_l2();
-}
-// DecodeStreamsIntoL2 for the loops that test it next to each request, read once when the
-// library loads. Its initializer calls only attention_decode_streams_into_l2 (cpuid, compiled
-// for no particular ISA): a function of this file, compiled for this target, would run its
-// instructions at load, on CPUs without them too. A const object the loops may keep in a
+// Whether the requests go into L2 (Zen 4, above): read once when the library loads, tested by
+// the loops next to each request. Its initializer calls only attention_decode_streams_into_l2
+// (cpuid, compiled for no particular ISA): a function of this file, compiled for this target, would
+// run its instructions at load, on CPUs without them too. A const object the loops may keep in a
 // register: a relaxed atomic stored by each call, loaded at each request, had cost 3-10% from
 // L3 (MHA and GQA-4, 16-key pages too, against the old source).
 const bool kKvIntoL2 = !TBOOST_DECODE_AVX2 && attention_decode_streams_into_l2();
 // The decode streams' request for the line `ahead` bytes past p (StreamAhead's, into L2 where
-// DecodeStreamsIntoL2).
+// kKvIntoL2).
 HWY_INLINE void KvAhead(const void* p, int64_t ahead) {
   const char* a = static_cast<const char*>(p) + ahead;
   if (kKvIntoL2)
@@ -138,7 +135,7 @@ HWY_INLINE void KvAheadAt(const T* row, int64_t i, int64_t ahead) {
 }
 inline int64_t DecodeAheadBytes() {
   if (TBOOST_DECODE_AVX2) return 1024;
-  static const int64_t ahead = DecodeStreamsIntoL2() ? 2 * kStreamAheadBytes
+  static const int64_t ahead = kKvIntoL2 ? 2 * kStreamAheadBytes
                                : cpu_features().vendor == "GenuineIntel" && cpu_features().amx_tile
                                    ? 2048
                                    : kStreamAheadBytes;
