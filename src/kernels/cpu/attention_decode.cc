@@ -141,6 +141,25 @@ inline int64_t DecodeAheadBytes() {
                                    : kStreamAheadBytes;
   return ahead;
 }
+// Zen 4 (kKvIntoL2), one or two query rows per kv head: the dots and the P·V read each head's
+// rows front to back, one line after the other, and the hardware prefetchers carry that stream;
+// the requests into L2 only held it back. Such a task asks at distance 0 (each request falls on
+// the line its load reads next: no branch in the loops, and within the noise of no request at
+// all), on contiguous caches and on pages of at least kUnaskedPageBytes of each head. Alternated
+// in one process from DRAM (ctx 4096 unless said, caches over 1 GiB, 4-6 rounds, medians;
+// bench/RESULTS.md, thirtieth session), time a call against the 8 KiB requests: bf16 MHA 32 /
+// 32 of 128 8-18% less (in 64-key pages 6-8%, 256-key 11%), at ctx 512 15%, at 16384 19%, with
+// 2 query tokens 11%; f32 MHA 5-8% (64-key pages 6%); 12 / 12 of 64 bf16 13-18%, f32 20%; bf16
+// GQA-2 6-9% (of 64: 12%), f32 4%; head dim 80 2%. Three or more rows read their keys across
+// several rows at once (row pairs, register tiles) and need the requests: with none, bf16 9 / 3
+// of 64 took 16% more time, GQA-4 34-38%. Pages of 16 keys hold 2-4 KiB of a bf16 head, and
+// each page's first lines then came late: 12 / 12 of 64 took 34% more time, GQA-2 8%.
+constexpr int64_t kUnaskedPageBytes = 8 << 10;
+inline bool DecodeStreamsUnasked(int64_t G, bool paged, int64_t k_head_bytes,
+                                 int64_t v_head_bytes) {
+  return kKvIntoL2 && G <= 2 &&
+         (!paged || std::min(k_head_bytes, v_head_bytes) >= kUnaskedPageBytes);
+}
 // The same for a paged cache whose page holds k_head_bytes / v_head_bytes of each head. Where a
 // page holds more than 4 and at most 8 KiB of each head (16 keys at head dim 256 in bf16, or at
 // 128 in f32; 32 keys at 128 in bf16), each line is asked for a whole page's head ahead, so that
@@ -2452,8 +2471,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // heads of 2 KiB. The last head's mapping, alternated in one process with 16-token pages, from
   // DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32
   // GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
-  const int64_t ahead =
-      kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes, nh) : DecodeAheadBytes();
+  const int64_t ahead = DecodeStreamsUnasked(G, kr.table != nullptr, k_head_bytes, v_head_bytes) ? 0
+                        : kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes, nh)
+                                   : DecodeAheadBytes();
   auto ahead_of = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes,
                       int64_t hh) {
     if (!kv.table || jn > hi || hh * head_bytes + ahead < nh * head_bytes) return ahead;
