@@ -993,21 +993,46 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
   AxpyKeysSweep<TK, KK, G>(row, row_bytes, Dv, p, pstride, os, ostride, pf);
 }
 
-// os[g·ostride + x0 + :XV·N] += sum over the n value rows t of p[g·pstride + t] · vrow_t, for
-// GR query rows: a GR x XV register tile that lives across the block (one load and one store
-// per block), each row's XV vectors loaded once for the GR rows. Each step asks for its share
-// of the next block's lines (PassAhead).
+// A span of a paged cache: n value rows of the task's first kv head from `row` (a head's rows
+// head_bytes further), weighted from key t of the sub-block on.
+struct PvSpan {
+  const char* row;
+  int64_t n, t;
+};
+// Spans per block: at most PvBlockKeys (pages of one key).
+constexpr int64_t kMaxPvSpans = 64;
+
+// The P·V of a sub-block's value spans (all heads of the task) in blocks of whole spans of up to
+// `block` keys: fn(block's spans, count, head offset, the spans its passes ask for, count, their
+// head offset, head).
+template <class Fn>
+HWY_INLINE void ForPageBlocks(const PvSpan* sp, int64_t nsp, int64_t block, int64_t nh,
+                              int64_t head_bytes, const Fn& fn) {
+  auto block_end = [&](int64_t b) {  // spans [b, end) of a block
+    int64_t e = b + 1, keys = sp[b].n;
+    while (e < nsp && e - b < kMaxPvSpans && keys + sp[e].n <= block) keys += sp[e++].n;
+    return e;
+  };
+  for (int64_t b0 = 0; b0 < nsp;) {
+    const int64_t b1 = block_end(b0), b2 = b1 < nsp ? block_end(b1) : b1;
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      if (hh + 1 < nh)
+        fn(sp + b0, b1 - b0, hh * head_bytes, sp + b0, b1 - b0, (hh + 1) * head_bytes, hh);
+      else  // the next block (none after the last: b2 == b1)
+        fn(sp + b0, b1 - b0, hh * head_bytes, sp + b1, b2 - b1, 0, hh);
+    }
+    b0 = b1;
+  }
+}
+// acc[g][:] += sum over the n value rows t of p[g·pstride + t] · vrow_t (XV vectors from
+// `row`) for GR query rows, each row's XV vectors loaded once for the GR rows; each step asks for
+// its share of the next block's lines (PassAhead).
 template <class TK, int GR, int XV>
-HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n,
-                         const PassAhead<>& pa, const float* HWY_RESTRICT p, int64_t pstride,
-                         float* HWY_RESTRICT os, int64_t ostride) {
+HWY_INLINE void AxpyTileSteps(VF (&acc)[GR][XV], const char* HWY_RESTRICT row, int64_t row_bytes,
+                              int64_t n, const PassAhead<>& pa, const float* HWY_RESTRICT p,
+                              int64_t pstride) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF acc[GR][XV];
-#pragma GCC unroll 16
-  for (int g = 0; g < GR; ++g)
-#pragma GCC unroll 16
-    for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
   constexpr int UV = kUnitVecs<TK>;
   static_assert(XV % UV == 0, "a tile holds whole load units");
   for (int64_t t = 0; t < n; ++t) {
@@ -1023,14 +1048,70 @@ HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
       for (int x = 0; x < XV; ++x) acc[g][x] = hn::MulAdd(pg, a[x], acc[g][x]);
     }
   }
+}
+
+// A GR x XV register tile of outputs os[g·ostride + :XV·N], into registers and back.
+template <int GR, int XV>
+HWY_INLINE void TileLoad(VF (&acc)[GR][XV], const float* HWY_RESTRICT os, int64_t ostride) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+#pragma GCC unroll 16
+  for (int g = 0; g < GR; ++g)
+#pragma GCC unroll 16
+    for (int x = 0; x < XV; ++x) acc[g][x] = hn::LoadU(d, os + g * ostride + x * N);
+}
+template <int GR, int XV>
+HWY_INLINE void TileStore(const VF (&acc)[GR][XV], float* HWY_RESTRICT os, int64_t ostride) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
 #pragma GCC unroll 16
   for (int g = 0; g < GR; ++g)
 #pragma GCC unroll 16
     for (int x = 0; x < XV; ++x) hn::StoreU(acc[g][x], d, os + g * ostride + x * N);
 }
 
+// os[g·ostride + x0 + :XV·N] += sum over the n value rows t of p[g·pstride + t] · vrow_t, for
+// GR query rows: a GR x XV register tile that lives across the block (one load and one store
+// per block).
+template <class TK, int GR, int XV>
+HWY_INLINE void AxpyTile(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t n,
+                         const PassAhead<>& pa, const float* HWY_RESTRICT p, int64_t pstride,
+                         float* HWY_RESTRICT os, int64_t ostride) {
+  VF acc[GR][XV];
+  TileLoad<GR, XV>(acc, os, ostride);
+  AxpyTileSteps<TK, GR, XV>(acc, row, row_bytes, n, pa, p, pstride);
+  TileStore<GR, XV>(acc, os, ostride);
+}
+
+// The register tiles of a row's OV whole vectors (AxpyPagesTiles; AxpyTileRows below walks them
+// the same way): tile(XV, x, k) for tiles of XW vectors (TileWidth) from vector x = k·XW, then one
+// of the 1-3 vectors left (an even count for bf16eo_t), tile k the pass's index among them.
+template <class TK, int XW, class Tile>
+HWY_INLINE void ForTiles(int64_t OV, const Tile& tile) {
+  static_assert(XW >= 2 && XW <= 4);
+  int64_t x = 0;
+  for (; x + XW <= OV; x += XW) tile(std::integral_constant<int, XW>(), x, x / XW);
+  // Odd counts only where a load unit is one vector (bf16eo_t rows are an even count).
+  constexpr bool kOdd = kUnitVecs<TK> == 1;
+  switch (OV - x) {
+    case 3:
+      if constexpr (XW > 3 && kOdd) tile(std::integral_constant<int, 3>(), x, x / XW);
+      return;
+    case 2:
+      if constexpr (XW > 2) tile(std::integral_constant<int, 2>(), x, x / XW);
+      return;
+    case 1:
+      if constexpr (kOdd) tile(std::integral_constant<int, 1>(), x, x / XW);
+      return;
+    default:
+      return;
+  }
+}
+
 // The tiles of GR query rows over whole vectors: XW vectors each (TileWidth), then the 1-3
 // vectors left (an even count for bf16eo_t); tile k is pass ip0 + k of the block (RowsAhead).
+// Not through ForTiles: with a PassAhead and a tile call of their own per case, GCC made
+// AxpySpan<float, 8> 4302 instructions rather than 2142 (objdump).
 template <class TK, int GR, int XW>
 HWY_INLINE void AxpyTileRows(const char* row, int64_t row_bytes, int64_t n, int64_t OV,
                              const RowsAhead& ahead, int64_t ip0, int64_t X, const float* p,
@@ -1081,6 +1162,9 @@ HWY_INLINE void OverBlocks(const char* row, int64_t row_bytes, int64_t n, int64_
   }
 }
 
+// Rows per block of the register tiles: 16 KiB of rows of `bytes`, at least 8.
+constexpr int64_t TileBlockRows(int64_t bytes) { return std::max<int64_t>(8, (16 << 10) / bytes); }
+
 template <class TK, int G>
 HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_t Dv,
                            const float* p, int64_t pstride, float* os, int64_t ostride, int64_t pf,
@@ -1106,8 +1190,7 @@ HWY_NOINLINE void AxpySpan(const char* row, int64_t row_bytes, int64_t n, int64_
       const int64_t OV = Dv / N, bytes = Dv * static_cast<int64_t>(sizeof(TK));
       const int64_t X = (bytes + 63) / 64, tiles = (OV + kXF - 1) / kXF;
       const int64_t npass = tiles * kFull + (kRest > 0 ? (OV + kXR - 1) / kXR : 0);
-      const int64_t block = std::max<int64_t>(8, (16 << 10) / bytes);
-      OverBlocks(row, row_bytes, n, block, npass, X, next, next_rows,
+      OverBlocks(row, row_bytes, n, TileBlockRows(bytes), npass, X, next, next_rows,
                  [&](const char* r, int64_t nk, int64_t t, const RowsAhead& ahead) HWY_ATTR {
                    for (int i = 0; i < kFull; ++i)
                      AxpyTileRows<TK, 4, kXF>(r, row_bytes, nk, OV, ahead, i * tiles, X,
@@ -1150,6 +1233,74 @@ template <class TK, int... I>
 constexpr std::array<AxpyFn<TK>, sizeof...(I)> AxpyTable(std::integer_sequence<int, I...>) {
   return {&AxpySpan<TK, I + 1>...};
 }
+
+#if TBOOST_DECODE_REDUCE16
+// The register tiles (AxpySpan, more than kSeqMaxG rows) over the pages of a paged cache whose
+// pages are shorter than the tiles' blocks (TileBlockRows): each tile goes over a block of
+// several pages at once, its outputs in registers from page to page, as the pair P·V's
+// AxpyPagesBf16Dp does. Page by page, each of a 16-key page's tiles loaded and stored its
+// outputs and set up its requests for 16 steps: f32 Qwen2-0.5B's 14 / 2 heads of 64 in 16-key
+// pages took 35 TSC cycles of P·V per key and kv head from L3 against 27 on a contiguous cache.
+// Span i's steps ask for their share of the next block's span i (ra[i], i < nra).
+template <class TK, int GR, int XV>
+HWY_INLINE void AxpyTilePages(const PvSpan* sp, int64_t ns, int64_t hoff, int64_t row_bytes,
+                              const RowsAhead* ra, int64_t nra, int64_t ip, int64_t X,
+                              const float* p, int64_t pstride, float* os, int64_t ostride) {
+  VF acc[GR][XV];
+  TileLoad<GR, XV>(acc, os, ostride);
+  for (int64_t i = 0; i < ns; ++i) {
+    const PvSpan& s = sp[i];
+    AxpyTileSteps<TK, GR, XV>(acc, s.row + hoff, row_bytes, s.n,
+                              PassAhead<>(i < nra ? ra[i] : RowsAhead(), ip, s.n, 1, X, row_bytes),
+                              p + s.t, pstride);
+  }
+  TileStore<GR, XV>(acc, os, ostride);
+}
+
+// AxpySpan's tiles over a block's ns spans (at hoff bytes from their rows); the passes ask for
+// the nnx spans at nx (nhoff bytes from their rows): the same block's next head or the next
+// block.
+template <class TK, int G>
+HWY_NOINLINE void AxpyPagesTiles(const PvSpan* sp, int64_t ns, int64_t hoff, const PvSpan* nx,
+                                 int64_t nnx, int64_t nhoff, int64_t row_bytes, int64_t Dv,
+                                 const float* p, int64_t pstride, float* os, int64_t ostride) {
+  if constexpr (G > kSeqMaxG) {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+    constexpr int kFull = G / 4, kRest = G % 4;
+    constexpr int kXF = TileWidth(4), kXR = TileWidth(kRest);
+    const int64_t OV = Dv / N, bytes = Dv * static_cast<int64_t>(sizeof(TK));
+    const int64_t X = (bytes + 63) / 64, tiles = (OV + kXF - 1) / kXF;
+    const int64_t npass = tiles * kFull + (kRest > 0 ? (OV + kXR - 1) / kXR : 0);
+    // Only ra[0, nra) is made (see PvPagesPairs).
+    alignas(RowsAhead) unsigned char ra_bytes[kMaxPvSpans * sizeof(RowsAhead)];
+    RowsAhead* ra = reinterpret_cast<RowsAhead*>(ra_bytes);
+    const int64_t nra = std::min(ns, nnx);
+    for (int64_t i = 0; i < nra; ++i)
+      new (ra + i) RowsAhead(nx[i].row + nhoff, nx[i].n, npass, sp[i].n, X);
+    const int64_t es = static_cast<int64_t>(sizeof(TK));
+    for (int i = 0; i < kFull; ++i)
+      ForTiles<TK, kXF>(OV, [&](auto xv, int64_t x, int64_t k) HWY_ATTR {
+        AxpyTilePages<TK, 4, decltype(xv)::value>(sp, ns, hoff + x * N * es, row_bytes, ra, nra,
+                                                  i * tiles + k, X, p + i * 4 * pstride, pstride,
+                                                  os + i * 4 * ostride + x * N, ostride);
+      });
+    if constexpr (kRest > 0)
+      ForTiles<TK, kXR>(OV, [&](auto xv, int64_t x, int64_t k) HWY_ATTR {
+        AxpyTilePages<TK, kRest, decltype(xv)::value>(
+            sp, ns, hoff + x * N * es, row_bytes, ra, nra, kFull * tiles + k, X,
+            p + kFull * 4 * pstride, pstride, os + kFull * 4 * ostride + x * N, ostride);
+      });
+  }
+}
+template <class TK>
+using AxpyPagesTilesFn = void (*)(const PvSpan*, int64_t, int64_t, const PvSpan*, int64_t, int64_t,
+                                  int64_t, int64_t, const float*, int64_t, float*, int64_t);
+template <class TK, int... I>
+constexpr std::array<AxpyPagesTilesFn<TK>, sizeof...(I)> AxpyPagesTilesTable(
+    std::integer_sequence<int, I...>) {
+  return {&AxpyPagesTiles<TK, I + 1>...};
+}
+#endif
 
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
 // P·V of a bf16 model (bf16 q and cache) on CPUs with AVX512_BF16: the softmax weights are
@@ -1424,15 +1575,6 @@ constexpr std::array<AxpyBf16DpFn, 2 * sizeof...(I)> AxpyBf16DpTable(
 // 16-key page's passes loaded and stored its outputs and set up its requests for 8 steps:
 // there the P·V took 36% of a bf16 GQA-8 decode's samples from L3, against 23% on a contiguous
 // cache (the dots 29% against 25%).
-// A span: n value rows of the task's first kv head from `row` (a head's rows head_bytes
-// further), weighted from key t of the sub-block on.
-struct PvSpan {
-  const char* row;
-  int64_t n, t;
-};
-// Spans per block: at most PvBlockKeys (pages of one key).
-constexpr int64_t kMaxPvSpans = 64;
-
 // One pass of GB rows over the ns spans of a block (at hoff bytes from their rows): span i's
 // steps ask for their share of the next block's span i (ra[i], i < nra).
 template <int GB, int XB, int kPassLines, bool kHalf>
@@ -1520,29 +1662,6 @@ constexpr std::array<AxpyPagesFn, 2 * sizeof...(I)> AxpyPagesTable(
   return {&AxpyPagesBf16Dp<I + 1, false>..., &AxpyPagesBf16Dp<I + 1, true>...};
 }
 
-// The pair P·V of a sub-block's value spans (all heads of the task) in blocks of whole spans of
-// up to PvBlockKeys keys: fn(block's spans, count, head offset, the spans its passes ask for,
-// count, their head offset, head).
-template <class Fn>
-HWY_INLINE void ForPageBlocks(const PvSpan* sp, int64_t nsp, int64_t Dv, int64_t nh,
-                              int64_t head_bytes, const Fn& fn) {
-  const int64_t block = PvBlockKeys(Dv);
-  auto block_end = [&](int64_t b) {  // spans [b, end) of a block
-    int64_t e = b + 1, keys = sp[b].n;
-    while (e < nsp && e - b < kMaxPvSpans && keys + sp[e].n <= block) keys += sp[e++].n;
-    return e;
-  };
-  for (int64_t b0 = 0; b0 < nsp;) {
-    const int64_t b1 = block_end(b0), b2 = b1 < nsp ? block_end(b1) : b1;
-    for (int64_t hh = 0; hh < nh; ++hh) {
-      if (hh + 1 < nh)
-        fn(sp + b0, b1 - b0, hh * head_bytes, sp + b0, b1 - b0, (hh + 1) * head_bytes, hh);
-      else  // the next block (none after the last: b2 == b1)
-        fn(sp + b0, b1 - b0, hh * head_bytes, sp + b1, b2 - b1, 0, hh);
-    }
-    b0 = b1;
-  }
-}
 #endif
 
 template <class TK>
@@ -2332,6 +2451,12 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const bool pv_pages =
       dp_pv && !amx && !wide && G >= 3 && vr.table && vr.block_size < PvBlockKeys(Dv);
 #endif
+#if TBOOST_DECODE_REDUCE16
+  // The register tiles over blocks of several pages (AxpyPagesTiles) where the pages are shorter
+  // than the tiles' blocks.
+  const bool pv_tiles_pages = !dp_pv && !amx && !wide && AxpyTiles(G, Dv) && vr.table &&
+                              vr.block_size < TileBlockRows(Dv * static_cast<int64_t>(sizeof(TK)));
+#endif
   HWY_DASSERT(!wide || wide_f32 || dp_pv);
   HWY_DASSERT(G <= kMaxDecodeRows || amx || wide);
   // A bf16 cache on AVX2 in even / odd lane order (bf16eo_t): q permuted to match, the P·V's
@@ -2592,11 +2717,31 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       // Paged caches take chunks of kDecodeChunk = kDecodeSub keys: this is the task's only
       // sub-block, and its last block asks for nothing after it.
       static_assert(kDecodeChunk == kDecodeSub);
-      ForPageBlocks(sp, nsp, Dv, nh, v_head_bytes,
+      ForPageBlocks(sp, nsp, PvBlockKeys(Dv), nh, v_head_bytes,
                     [&](const PvSpan* b, int64_t nb, int64_t hoff, const PvSpan* nx, int64_t nnx,
                         int64_t nhoff, int64_t hh) {
                       fn(b, nb, hoff, nx, nnx, nhoff, vr.row_bytes, Dv,
                          sc.pb + hh * Gd * kDecodeSub, kDecodeSub, part[hh] + 2, P);
+                    });
+      continue;
+    }
+#endif
+#if TBOOST_DECODE_REDUCE16
+    if (pv_tiles_pages) {
+      static constexpr auto tiles_fns =
+          AxpyPagesTilesTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
+      PvSpan sp[kDecodeSub];
+      int64_t nsp = 0;
+      vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+        sp[nsp++] = {row, n, j - s0};
+      });
+      static_assert(kDecodeChunk == kDecodeSub);  // the task's only sub-block (as pv_pages)
+      ForPageBlocks(sp, nsp, TileBlockRows(Dv * static_cast<int64_t>(sizeof(TK))), nh, v_head_bytes,
+                    [&](const PvSpan* b, int64_t nb, int64_t hoff, const PvSpan* nx, int64_t nnx,
+                        int64_t nhoff, int64_t hh) {
+                      tiles_fns[static_cast<size_t>(G - 1)](
+                          b, nb, hoff, nx, nnx, nhoff, vr.row_bytes, Dv,
+                          sc.s + hh * Gd * kDecodeSub, kDecodeSub, part[hh] + 2, P);
                     });
       continue;
     }
