@@ -1007,13 +1007,15 @@ std::vector<CaseSpec> paged_attention_cases() {
   // 5-8 rows per kv head on the f32 register tiles over blocks of several pages
   // (AxpyPagesTiles): Qwen2-0.5B's 14 / 2 at head dim 64 in 16-key pages, two kv heads per task;
   // GQA-8 at 128 in 7-key pages (spans of odd length and start) with a window; an f16 cache at
-  // head dim 48 (a tile of 3 vectors) at GQA-5.
+  // head dim 48 (a tile of 3 vectors) at GQA-5; GQA-6 at head dim 32 (a tile of 2 vectors, a rest
+  // of 2 rows) in 1-key pages, whose blocks end at kMaxPvSpans pages.
   add({.ctx = {1100, 40, 1}, .Sq = 1, .Hq = 14, .Hkv = 2, .D = 64, .block_size = 16,
        .threads = 2});
   add({.ctx = {900, 33}, .Sq = 1, .Hq = 16, .Hkv = 2, .D = 128, .block_size = 7, .wl = 500,
        .threads = 2});
   add({.cache_dtype = f16, .ctx = {300, 5}, .Sq = 1, .Hq = 10, .Hkv = 2, .D = 48,
        .block_size = 16});
+  add({.ctx = {300, 70}, .Sq = 1, .Hq = 12, .Hkv = 2, .D = 32, .block_size = 1, .threads = 2});
   // Rows in lanes (bf16 model, more than 8 rows per kv head, no AMX): 9 rows with Dv = 96 (one
   // 32-feature chunk per pass, 8 + 1 rows) in 7-key pages (spans of odd length and odd start);
   // 4 causal tokens x 8 heads = 32 rows (two lane groups) in 16-key pages with a window, so

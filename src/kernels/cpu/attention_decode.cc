@@ -60,7 +60,8 @@ struct DecodeScratch {
 //   mode, and bf16 GQA-8 24-34% faster: the hardware prefetchers alone fall behind a stream that
 //   computes. Bursts of whole rows (the sweeps' earlier scheme) were equal or up to 14% slower
 //   there. Prefetching past a span's end is harmless (no fault). Zen 4 asks into L2 instead, 8 KiB
-//   ahead (KvAhead, DecodeAheadBytes).
+//   ahead (KvAhead, DecodeAheadBytes), and leaves tasks of one or two rows per kv head that read
+//   each row front to back to its hardware prefetchers (DecodeStreamsUnasked).
 // Query rows per key up to which the dots and the P·V update take the sequential loops (more
 // rows are bound by their FMAs, and the sweep loads each q vector once for several keys). The
 // bf16 pair dot stays on the sweep for 3+ rows: measured no faster sequentially.
@@ -104,20 +105,20 @@ constexpr int64_t kDecodeNearHeadBytes = 64 << 10;
 // within ±2%.
 // On Zen 4 (AMD family 19h with AVX-512; Zen 3, the same family, has none) the decode streams
 // ask into L2 (prefetcht1, KvAhead) 8 KiB ahead, the P·V's requests for its next block
-// (PassAhead) into L2 too. Into L1 (prefetcht0) 4 KiB ahead, as on Zen 5, the requests held the
-// stream back while the core computed: alternated in one process from DRAM (ctx 4096, caches
-// over 1 GiB, 3 rounds; bench/RESULTS.md, twenty-ninth session), bf16 GQA-4 692-714 -> 550-573
-// µs a call (4 rounds), 0.58-0.67 -> 0.80-0.88 of a read in turn (3), in 16-token pages
-// 0.49-0.55 -> 0.71-0.72; f32 GQA-4 0.51-0.55 -> 0.58-0.85; MHA from 4% more time a call to 18%
-// less, bf16 MHA at head dim 80 3.6-5.5% more; MQA (bound by its products) even. On Zen 5
-// prefetcht1 alone had been 0-7% slower, and on the Intel Xeon's AMX path equal, so the other CPUs
-// keep prefetcht0.
-// Whether the requests go into L2 (Zen 4, above): read once when the library loads, tested by
-// the loops next to each request. Its initializer calls only attention_decode_streams_into_l2
-// (cpuid, compiled for no particular ISA): a function of this file, compiled for this target, would
-// run its instructions at load, on CPUs without them too. A const object the loops may keep in a
-// register: a relaxed atomic stored by each call, loaded at each request, had cost 3-10% from
-// L3 (MHA and GQA-4, 16-key pages too, against the old source).
+// (PassAhead) into L2 too (but see DecodeStreamsUnasked for one or two rows per kv head). Into L1
+// (prefetcht0) 4 KiB ahead, as on Zen 5, the requests held the stream back while the core computed:
+// alternated in one process from DRAM (ctx 4096, caches over 1 GiB, 3 rounds; bench/RESULTS.md,
+// twenty-ninth session), bf16 GQA-4 692-714 -> 550-573 µs a call (4 rounds), 0.58-0.67 -> 0.80-0.88
+// of a read in turn (3), in 16-token pages 0.49-0.55 -> 0.71-0.72; f32 GQA-4 0.51-0.55 ->
+// 0.58-0.85; MHA from 4% more time a call to 18% less, bf16 MHA at head dim 80 3.6-5.5% more; MQA
+// (bound by its products) even. On Zen 5 prefetcht1 alone had been 0-7% slower, and on the Intel
+// Xeon's AMX path equal, so the other CPUs keep prefetcht0. Whether the requests go into L2 (Zen 4,
+// above): read once when the library loads, tested by the loops next to each request. Its
+// initializer calls only attention_decode_streams_into_l2 (cpuid, compiled for no particular ISA):
+// a function of this file, compiled for this target, would run its instructions at load, on CPUs
+// without them too. A const object the loops may keep in a register: a relaxed atomic stored by
+// each call, loaded at each request, had cost 3-10% from L3 (MHA and GQA-4, 16-key pages too,
+// against the old source).
 const bool kKvIntoL2 = !TBOOST_DECODE_AVX2 && attention_decode_streams_into_l2();
 // The decode streams' request for the line `ahead` bytes past p (StreamAhead's, into L2 where
 // kKvIntoL2).
@@ -141,25 +142,6 @@ inline int64_t DecodeAheadBytes() {
                                    : kStreamAheadBytes;
   return ahead;
 }
-// Zen 4 (kKvIntoL2), one or two query rows per kv head: the dots and the P·V read each head's
-// rows front to back, one line after the other, and the hardware prefetchers carry that stream;
-// the requests into L2 only held it back. Such a task asks at distance 0 (each request falls on
-// the line its load reads next: no branch in the loops, and within the noise of no request at
-// all), on contiguous caches and on pages of at least kUnaskedPageBytes of each head. Alternated
-// in one process from DRAM (ctx 4096 unless said, caches over 1 GiB, 4-6 rounds, medians;
-// bench/RESULTS.md, thirtieth session), time a call against the 8 KiB requests: bf16 MHA 32 /
-// 32 of 128 8-18% less (in 64-key pages 6-8%, 256-key 11%), at ctx 512 15%, at 16384 19%, with
-// 2 query tokens 11%; f32 MHA 5-8% (64-key pages 6%); 12 / 12 of 64 bf16 13-18%, f32 20%; bf16
-// GQA-2 6-9% (of 64: 12%), f32 4%; head dim 80 2%. Three or more rows read their keys across
-// several rows at once (row pairs, register tiles) and need the requests: with none, bf16 9 / 3
-// of 64 took 16% more time, GQA-4 34-38%. Pages of 16 keys hold 2-4 KiB of a bf16 head, and
-// each page's first lines then came late: 12 / 12 of 64 took 34% more time, GQA-2 8%.
-constexpr int64_t kUnaskedPageBytes = 8 << 10;
-inline bool DecodeStreamsUnasked(int64_t G, bool paged, int64_t k_head_bytes,
-                                 int64_t v_head_bytes) {
-  return kKvIntoL2 && G <= 2 &&
-         (!paged || std::min(k_head_bytes, v_head_bytes) >= kUnaskedPageBytes);
-}
 // The same for a paged cache whose page holds k_head_bytes / v_head_bytes of each head. Where a
 // page holds more than 4 and at most 8 KiB of each head (16 keys at head dim 256 in bf16, or at
 // 128 in f32; 32 keys at 128 in bf16), each line is asked for a whole page's head ahead, so that
@@ -171,10 +153,11 @@ inline bool DecodeStreamsUnasked(int64_t G, bool paged, int64_t k_head_bytes,
 // head dim 64 in 32-key pages 5-7%; MHA (a task takes 32 heads of a page, one long run) within
 // ±5%. Wider pages keep the fixed distance: at 32 KiB a head, 8 KiB ahead measured 3-4% slower,
 // as on contiguous caches.
-// Zen 4's 8 KiB where a task's nh heads hold that much of a page, else the rule above from 4
-// KiB: the request for a line past the page is mapped into the next page (DecodeTask's ahead_of),
-// and 8 KiB past a page of 4 KiB lands past the next one too (Qwen2-0.5B's 14 / 2 heads of 64 in
-// 16-key pages, bf16: 126-134 µs a call at 8 KiB against 109-116 at 4).
+// Zen 4's 8 KiB (for the tasks DecodeStreamsUnasked leaves out) where a task's nh heads hold that
+// much of a page, else the rule above from 4 KiB: the request for a line past the page is mapped
+// into the next page (DecodeTask's ahead_of), and 8 KiB past a page of 4 KiB lands past the next
+// one too (Qwen2-0.5B's 14 / 2 heads of 64 in 16-key pages, bf16: 126-134 µs a call at 8 KiB
+// against 109-116 at 4).
 inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes, int64_t nh) {
   int64_t ahead = DecodeAheadBytes();
   if (ahead > kStreamAheadBytes) {
@@ -184,6 +167,29 @@ inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes, int64
   const bool page_ahead = ahead == kStreamAheadBytes && k_head_bytes == v_head_bytes &&
                           k_head_bytes > ahead && k_head_bytes <= 2 * kStreamAheadBytes;
   return page_ahead ? k_head_bytes : ahead;
+}
+// Zen 4 (kKvIntoL2), one or two query rows per kv head, head dims that are multiples of 16 up to
+// 128: the dots and the P·V read each head's rows front to back in one pass, one line after the
+// other, and the hardware prefetchers carry that stream; the requests into L2 only held it back.
+// Such a task asks at distance 0 (each request falls on the line its load reads next: no branch in
+// the loops), on contiguous caches and on pages of at least kUnaskedPageBytes of each head.
+// Alternated in one process from DRAM (ctx 4096 unless said, caches over 1 GiB, 4-8 rounds,
+// medians of the per-round ratios to the 8 KiB requests; bench/RESULTS.md, thirtieth session),
+// with no request or requests at distance 0 (within the noise of each other), time a call: bf16
+// MHA 32 / 32 of 128 10-18% less (64-key pages 6-8%, 256-key 11%), ctx 512 15%, ctx 16384 19%, 2
+// query tokens 11%; f32 MHA 5-8% (64-key pages 6%); 12 / 12 of 64 bf16 13-18%, f32 20%; bf16 GQA-2
+// 6-9% (of 64: 12%), f32 4%; head dim 80 2%. Head dims past 128, or not multiples of 16, were not
+// measured: their P·V goes in several passes or sweeps across rows (PvChunks, AxpyKeysSweep).
+// Three or more rows: bf16 9 / 3 of 64 took 16% more time without requests, GQA-4 34-38%, bf16
+// 24 / 8 of 128 7% (their dots read several key rows at once, the row pairs, and their P·V passes
+// read a block in column ranges); f32 was mixed (24 / 8 of 128 4% more, of 64 4% less, 32 / 8 of
+// 64 7% less) and keeps the requests. Pages of 16 keys hold 2-4 KiB of a bf16 head, and each
+// page's first lines then came late: 12 / 12 of 64 took 34% more time, GQA-2 6-8%.
+constexpr int64_t kUnaskedPageBytes = 8 << 10;
+inline bool DecodeStreamsUnasked(int64_t G, int64_t D, int64_t Dv, bool paged, int64_t k_head_bytes,
+                                 int64_t v_head_bytes) {
+  return kKvIntoL2 && G <= 2 && D % 16 == 0 && Dv % 16 == 0 && std::max(D, Dv) <= 128 &&
+         (!paged || std::min(k_head_bytes, v_head_bytes) >= kUnaskedPageBytes);
 }
 
 // Query rows the dots compute for G real ones: on AVX-512 3 -> 4 and 5-7 -> 8, so that the
@@ -999,12 +1005,13 @@ struct PvSpan {
   const char* row;
   int64_t n, t;
 };
-// Spans per block: at most PvBlockKeys (pages of one key).
+// Spans per block: at most PvBlockKeys (pages of one key); the tiles' blocks (TileBlockRows, up
+// to 256 rows) of pages shorter than 4 keys end at this many pages instead.
 constexpr int64_t kMaxPvSpans = 64;
 
 // The P·V of a sub-block's value spans (all heads of the task) in blocks of whole spans of up to
-// `block` keys: fn(block's spans, count, head offset, the spans its passes ask for, count, their
-// head offset, head).
+// `block` keys and kMaxPvSpans spans: fn(block's spans, count, head offset, the spans its passes
+// ask for, count, their head offset, head).
 template <class Fn>
 HWY_INLINE void ForPageBlocks(const PvSpan* sp, int64_t nsp, int64_t block, int64_t nh,
                               int64_t head_bytes, const Fn& fn) {
@@ -1241,10 +1248,11 @@ constexpr std::array<AxpyFn<TK>, sizeof...(I)> AxpyTable(std::integer_sequence<i
 // AxpyPagesBf16Dp does. Page by page, each of a 16-key page's tiles loaded and stored its
 // outputs and set up its requests for 16 steps: f32 Qwen2-0.5B's 14 / 2 heads of 64 in 16-key
 // pages took 35 TSC cycles of P·V per key and kv head from L3 against 27 on a contiguous cache.
-// Over blocks, alternated in one process (Zen 4, ctx 4096, 8 rounds, medians of the paired
+// Over blocks, alternated in one process (Zen 4, ctx 4096, 8 rounds, medians of the per-round
 // ratios): from L3 that shape took 14% less time a call in 16-key pages and 11% in 32-key ones,
-// f32 GQA-8 at head dim 128 in 16-key pages 7.5%, 28 / 4 5%; from DRAM in the slow memory mode
-// 0-7% (p32 2%, GQA-8 0-3%), within the noise of an unchanged case (±2%).
+// f32 GQA-8 at head dim 128 in 16-key pages 7.5-11%, 28 / 4 5%; from DRAM in the slow memory
+// mode 14 / 2 in 16-key pages 7% less, 28 / 4 3-6%, 32-key pages and GQA-8 within ±3% (an
+// unchanged case: +2%).
 // Span i's steps ask for their share of the next block's span i (ra[i], i < nra).
 template <class TK, int GR, int XV>
 HWY_INLINE void AxpyTilePages(const PvSpan* sp, int64_t ns, int64_t hoff, int64_t row_bytes,
@@ -1268,6 +1276,7 @@ template <class TK, int G>
 HWY_NOINLINE void AxpyPagesTiles(const PvSpan* sp, int64_t ns, int64_t hoff, const PvSpan* nx,
                                  int64_t nnx, int64_t nhoff, int64_t row_bytes, int64_t Dv,
                                  const float* p, int64_t pstride, float* os, int64_t ostride) {
+  HWY_DASSERT(G > kSeqMaxG);  // DecodeTask's pv_tiles_pages: AxpyTiles
   if constexpr (G > kSeqMaxG) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
     constexpr int kFull = G / 4, kRest = G % 4;
@@ -2600,9 +2609,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // heads of 2 KiB. The last head's mapping, alternated in one process with 16-token pages, from
   // DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32
   // GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
-  const int64_t ahead = DecodeStreamsUnasked(G, kr.table != nullptr, k_head_bytes, v_head_bytes) ? 0
-                        : kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes, nh)
-                                   : DecodeAheadBytes();
+  // 0 where the hardware prefetchers carry the streams (DecodeStreamsUnasked).
+  const int64_t ahead =
+      DecodeStreamsUnasked(G, D, Dv, kr.table != nullptr, k_head_bytes, v_head_bytes) ? 0
+      : kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes, nh)
+                 : DecodeAheadBytes();
   auto ahead_of = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes,
                       int64_t hh) {
     if (!kv.table || jn > hi || hh * head_bytes + ahead < nh * head_bytes) return ahead;
