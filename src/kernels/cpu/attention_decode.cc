@@ -179,7 +179,8 @@ inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes, int64
 // MHA 32 / 32 of 128 10-18% less (64-key pages 6-8%, 256-key 11%), ctx 512 15%, ctx 16384 19%, 2
 // query tokens 11%; f32 MHA 5-8% (64-key pages 6%); 12 / 12 of 64 bf16 13-18%, f32 20%; bf16 GQA-2
 // 6-9% (of 64: 12%), f32 4%; head dim 80 2%. Head dims past 128, or not multiples of 16, were not
-// measured: their P·V goes in several passes or sweeps across rows (PvChunks, AxpyKeysSweep).
+// measured: some of them take a P·V of several passes or one that sweeps across rows (PvChunks,
+// AxpyKeysSweep).
 // Three or more rows: bf16 9 / 3 of 64 took 16% more time without requests, GQA-4 34-38%, bf16
 // 24 / 8 of 128 7% (their dots read several key rows at once, the row pairs, and their P·V passes
 // read a block in column ranges); f32 was mixed (24 / 8 of 128 4% more, of 64 4% less, 32 / 8 of
