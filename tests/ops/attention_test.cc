@@ -475,6 +475,11 @@ std::vector<CaseSpec> self_attention_cases() {
   add({.Hq = 8, .Hkv = 1, .D = 64, .q_lens = {1, 3, 2}, .k_lens = {600, 40, 2}, .causal = true,
        .threads = 2});
   add({.dtype = bf16, .Sq = 1, .Sk = 1100, .Hq = 14, .Hkv = 2, .D = 64, .threads = 2});
+  // 5-8 bf16 rows at head dims up to 64 in row octets (DotSpanBf16RowOctets; the last n % 8 keys
+  // of a span one by one): GQA-6 at head dim 48 (an odd multiple of 16), 2 causal tokens of GQA-4
+  // at 32.
+  add({.dtype = bf16, .Sq = 1, .Sk = 517, .Hq = 12, .Hkv = 2, .D = 48, .threads = 2});
+  add({.dtype = bf16, .Sq = 2, .Sk = 301, .Hq = 8, .Hkv = 2, .D = 32, .causal = true});
   // bf16 with 20 q heads per kv head in a varlen batch of 1 and 2 tokens, ALiBi: 20 and 40
   // rows, in groups of 16 where decode runs on AMX (16 + 4, 16 + 16 + 8), else of 8.
   add({.dtype = bf16, .Hq = 20, .Hkv = 1, .D = 64, .q_lens = {1, 2}, .k_lens = {333, 50},

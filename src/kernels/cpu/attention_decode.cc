@@ -709,6 +709,93 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowPairs(const char* row, int6
                                ostride, pf);
 }
 
+// 8 bf16 query rows at head dims up to 64 in row octets: lane 2r + s of a vector holds row r's
+// pair s of a chunk of 2 pairs (4 features), and one 64-bit broadcast of a key's chunk feeds all 8
+// rows, so a score sums 2 lanes where the row pairs' sum 8. The row pairs' lane sums (42
+// instructions per 4 keys) weigh most where a key has fewest products, at small head dims: in a
+// microbenchmark (512 keys in L2, Zen 4) the octets took 11-23% less time than the row pairs at
+// head dim 64, and were within the noise at 128 (bench/RESULTS.md, thirtieth session). In the
+// decode, alternated in one process (Zen 4, ctx 4096, 10-16 rounds, medians of the per-round
+// ratios), time a call: from L3 bf16 Qwen2-0.5B's 14 / 2 of 64 9% less (16-key pages 7%), 12 / 2
+// of 48 8%, 16 / 2 of 32 8%, GQA-8 of 64 and 2 tokens of GQA-4 3%; from DRAM in the slow memory
+// mode 16 / 2 of 32 10% less, the others within ±3%. qo: chunk c's vector at qo + 16c
+// (PackRowOctets).
+inline void PackRowOctets(const uint32_t* q2, int64_t ldq2, int64_t D, uint32_t* qo) {
+  for (int64_t c = 0; c < D / 4; ++c)
+    for (int64_t r = 0; r < 8; ++r)
+      for (int64_t s = 0; s < 2; ++s) qo[c * 16 + 2 * r + s] = q2[r * ldq2 + 2 * c + s];
+}
+
+// Scores of 8 keys from their accumulators (lane 2r + s: row r, pair s): out[r·ostride + kk]
+// = scale · (lanes 2r + 2r + 1 of acc[kk]).
+TBOOST_BF16_DOT_ATTR HWY_INLINE void StoreRowOctetScores(const __m512 (&acc)[8], __m512 scale,
+                                                         float* HWY_RESTRICT out, int64_t ostride) {
+  // Keys 2m, 2m + 1: block j of v[m] = [2m: rows 2j, 2j + 1; 2m + 1: rows 2j, 2j + 1].
+  __m512d v[4];
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m)
+    v[m] = _mm512_castps_pd(_mm512_add_ps(_mm512_shuffle_ps(acc[2 * m], acc[2 * m + 1], 0x88),
+                                          _mm512_shuffle_ps(acc[2 * m], acc[2 * m + 1], 0xDD)));
+  // Block j of x[h]: keys 4h, 4h + 2 (rows 2j, 2j + 1 each); of y[h]: keys 4h + 1, 4h + 3.
+  __m512 r[2][2];  // [h][row parity]: block j = row 2j + parity, keys 4h .. 4h + 3
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512 x = _mm512_castpd_ps(_mm512_unpacklo_pd(v[2 * h], v[2 * h + 1]));
+    const __m512 y = _mm512_castpd_ps(_mm512_unpackhi_pd(v[2 * h], v[2 * h + 1]));
+    // shuffle_ps gives keys (4h, 4h + 2, 4h + 1, 4h + 3); the permute puts them in order.
+    r[h][0] = _mm512_mul_ps(_mm512_permute_ps(_mm512_shuffle_ps(x, y, 0x88), 0xD8), scale);
+    r[h][1] = _mm512_mul_ps(_mm512_permute_ps(_mm512_shuffle_ps(x, y, 0xDD), 0xD8), scale);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; ++e)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h)
+        _mm_storeu_ps(out + (2 * j + e) * ostride + 4 * h, _mm512_extractf32x4_ps(r[h][e], j));
+}
+
+// Scores of 8 keys (rows row_bytes apart) against 8 bf16 query rows in row octets.
+TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowOctets(const char* HWY_RESTRICT row,
+                                                          int64_t row_bytes, int64_t D,
+                                                          const uint32_t* HWY_RESTRICT qo,
+                                                          float qscale, float* HWY_RESTRICT out,
+                                                          int64_t ostride, int64_t pf) {
+  __m512 acc[8];
+#pragma GCC unroll 8
+  for (int kk = 0; kk < 8; ++kk) acc[kk] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < D / 4; ++c) {
+    const __m512bh q = (__m512bh)_mm512_loadu_si512(qo + c * 16);
+#pragma GCC unroll 8
+    for (int kk = 0; kk < 8; ++kk) {
+      const char* k = row + kk * row_bytes + 8 * c;
+      if ((c & 7) == 0) KvAhead(k, pf);  // once per 64-byte line
+      int64_t chunk;
+      std::memcpy(&chunk, k, sizeof chunk);
+      acc[kk] = _mm512_dpbf16_ps(acc[kk], q, (__m512bh)_mm512_set1_epi64(chunk));
+    }
+  }
+  StoreRowOctetScores(acc, _mm512_set1_ps(qscale), out, ostride);
+}
+
+// Scores of n key rows against 8 bf16 query rows: qo in row octets, q2 (rows ldq2 apart) for the
+// last n % 8 keys.
+template <bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowOctets(const char* row, int64_t row_bytes,
+                                                            int64_t n, int64_t D,
+                                                            const uint32_t* qo, const uint32_t* q2,
+                                                            int64_t ldq2, float qscale, float* out,
+                                                            int64_t ostride, int64_t pf) {
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8)
+    DotKeysBf16RowOctets(row + t * row_bytes, row_bytes, D, qo, qscale, out + t, ostride, pf);
+  for (; t < n; ++t)
+    DotKeysBf16Dp<8, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
+                               ostride, pf);
+}
+// Whether 8 bf16 query rows take the row octets rather than the row pairs.
+constexpr bool RowOctets(int64_t D) { return D <= 64; }
+
 using DotBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint32_t*, int64_t,
                              float, float*, int64_t, int64_t);
 template <int... I>
@@ -2569,8 +2656,12 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 #endif
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   if (pairs_dp)
-    for (int64_t hh = 0; hh < nh; ++hh)
-      PackRowPairs(q2 + hh * Gd * ldq2, ldq2, Gd, D / 16, qm + hh * Gd * D / 2);
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      if (Gd == 8 && RowOctets(D))
+        PackRowOctets(q2 + hh * Gd * ldq2, ldq2, D, qm + hh * Gd * D / 2);
+      else
+        PackRowPairs(q2 + hh * Gd * ldq2, ldq2, Gd, D / 16, qm + hh * Gd * D / 2);
+    }
   if (wide && !wide_f32)
     for (int64_t hh = 0; hh < nh; ++hh) PackQ2T(rows + hh * G, G, D, q2 + hh * D / 2 * Gd);
   if (amx) {
@@ -2667,7 +2758,11 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           if (pairs_dp) {
             const uint32_t* qh = qm + hh * Gd * D / 2;
             const uint32_t* qr = q2 + hh * Gd * ldq2;
-            if (Gd == 8)
+            if (Gd == 8 && RowOctets(D))
+              (D % 32 ? DotSpanBf16RowOctets<true>
+                      : DotSpanBf16RowOctets<false>)(hrow, kr.row_bytes, n, D, qh, qr, ldq2, qscale,
+                                                     out, kDecodeSub, pf);
+            else if (Gd == 8)
               (D % 32 ? DotSpanBf16RowPairs<8, true>
                       : DotSpanBf16RowPairs<8, false>)(hrow, kr.row_bytes, n, D, qh, qr, ldq2,
                                                        qscale, out, kDecodeSub, pf);
