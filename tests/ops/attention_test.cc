@@ -476,10 +476,11 @@ std::vector<CaseSpec> self_attention_cases() {
        .threads = 2});
   add({.dtype = bf16, .Sq = 1, .Sk = 1100, .Hq = 14, .Hkv = 2, .D = 64, .threads = 2});
   // 5-8 bf16 rows at head dims up to 64 in row octets (DotSpanBf16RowOctets; the last n % 8 keys
-  // of a span one by one): GQA-6 at head dim 48 (an odd multiple of 16), 2 causal tokens of GQA-4
-  // at 32.
+  // of a span two and one at a time): GQA-6 at head dim 48 (an odd multiple of 16) with a span of
+  // 5 keys alone and one of 37 blocks and 5 keys, 2 causal tokens of GQA-4 at 32.
   add({.dtype = bf16, .Sq = 1, .Sk = 517, .Hq = 12, .Hkv = 2, .D = 48, .threads = 2});
   add({.dtype = bf16, .Sq = 2, .Sk = 301, .Hq = 8, .Hkv = 2, .D = 32, .causal = true});
+  add({.dtype = bf16, .Sq = 1, .Sk = 301, .Hq = 6, .Hkv = 1, .D = 48, .threads = 2});
   // bf16 with 20 q heads per kv head in a varlen batch of 1 and 2 tokens, ALiBi: 20 and 40
   // rows, in groups of 16 where decode runs on AMX (16 + 4, 16 + 16 + 8), else of 8.
   add({.dtype = bf16, .Hq = 20, .Hkv = 1, .D = 64, .q_lens = {1, 2}, .k_lens = {333, 50},
@@ -1021,6 +1022,13 @@ std::vector<CaseSpec> paged_attention_cases() {
   add({.cache_dtype = f16, .ctx = {300, 5}, .Sq = 1, .Hq = 10, .Hkv = 2, .D = 48,
        .block_size = 16});
   add({.ctx = {300, 70}, .Sq = 1, .Hq = 12, .Hkv = 2, .D = 32, .block_size = 1, .threads = 2});
+  // bf16 GQA-8 at head dim 64 in 24-key pages (row octets: pages of whole 8-key blocks), each
+  // sequence's last page 4 keys past a block of 8 (two keys at a time after the octets); in
+  // 12-key pages the row pairs.
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {300, 20}, .Sq = 1, .Hq = 16, .Hkv = 2,
+       .D = 64, .block_size = 24, .threads = 2});
+  add({.q_dtype = bf16, .cache_dtype = bf16, .ctx = {100}, .Sq = 1, .Hq = 16, .Hkv = 2, .D = 64,
+       .block_size = 12});
   // Rows in lanes (bf16 model, more than 8 rows per kv head, no AMX): 9 rows with Dv = 96 (one
   // 32-feature chunk per pass, 8 + 1 rows) in 7-key pages (spans of odd length and odd start);
   // 4 causal tokens x 8 heads = 32 rows (two lane groups) in 16-key pages with a window, so

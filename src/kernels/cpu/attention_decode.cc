@@ -32,7 +32,8 @@ namespace tboost::kernels::HWY_NAMESPACE {
 // ---- decode -------------------------------------------------------------------------------
 
 struct DecodeScratch {
-  float* qs;     // G x Dp (bf16 pairs: G x Dp / 2 u32, then q in row pairs, PackRowPairs)
+  float* qs;     // G x Dp (bf16 pairs: G x Dp / 2 u32, then q in row pairs or octets, PackRowPairs
+                 // or PackRowOctets)
   float* s;      // G x kDecodeSub
   float* row;    // max(D, Dv)
   uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp); an f32 cache's
@@ -194,13 +195,17 @@ inline bool DecodeStreamsUnasked(int64_t G, int64_t D, int64_t Dv, bool paged, i
 }
 
 // Query rows the dots compute for G real ones: on AVX-512 3 -> 4 and 5-7 -> 8, so that the
-// G·KK accumulators are 16 and go through Reduce16 (KeysAtOnce); with 7 rows each key took 7
-// separate horizontal sums, and GQA-7 bf16 decode (Qwen2-0.5B's 14 q / 2 kv heads) ran at
+// G·KK accumulators are 16 and go through Reduce16 (KeysAtOnce; the row pairs and octets, which
+// take 4 or 8 rows, reduce theirs their own way); with 7 rows each key took 7 separate horizontal
+// sums, and GQA-7 bf16 decode (Qwen2-0.5B's 14 q / 2 kv heads) ran at
 // 15 GB/s from cache. The extra rows are zero queries (their scores are never read).
 constexpr int64_t DotRowsFor(int64_t G) {
   if (!TBOOST_DECODE_REDUCE16 || G > 8) return G;
   return G == 3 ? 4 : G >= 5 ? 8 : G;
 }
+// Whether 8 bf16 query rows take the row octets (DotSpanBf16RowOctets) rather than the row pairs:
+// head dims 32-64.
+constexpr bool RowOctets(int64_t D) { return D >= 32 && D <= 64; }
 
 // Lanes of a task of G query rows per kv head whose rows lie in lanes (DotSpanWide): 16 or 32.
 inline int64_t WideLanes(int64_t G) { return RoundUp(G, 16); }
@@ -454,9 +459,10 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
 // bf16 Qwen2-0.5B 14 / 2 at head dim 64 13-47% faster in 16-key pages, 2-28% contiguous,
 // GQA-8 at 128 9-14%, GQA-4 at 80 7-9%, at 128 -4 to +17%; f32 14 / 2 13-17%, GQA-8 at 128
 // 15-19%; from DRAM in the slow memory mode within the noise either way (bench/RESULTS.md,
-// twenty-third session). A row is a whole number of halves for head dims that are multiples of 8
-// (f32) or 16 (bf16 pairs): no masked tail. The reduction: acc[p][kk] (row pair p, key kk) ->
-// out[g·ostride + kk] · scale.
+// twenty-third session). bf16 8 rows at head dims 32-64 have since taken the row octets
+// (DotSpanBf16RowOctets), whose scores sum 2 lanes. A row is a whole number of halves for head dims
+// that are multiples of 8 (f32) or 16 (bf16 pairs): no masked tail. The reduction: acc[p][kk] (row
+// pair p, key kk) -> out[g·ostride + kk] · scale.
 template <int G>
 HWY_INLINE void StoreRowPairScores(const __m512 (&acc)[G / 2][32 / G], float scale,
                                    float* HWY_RESTRICT out, int64_t ostride) {
@@ -660,7 +666,8 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t ro
                                ostride, pf);
 }
 
-// bf16 pairs in row pairs (StoreRowPairScores), 4 or 8 rows (G): D / 16 halves of 8 pairs per
+// bf16 pairs in row pairs (StoreRowPairScores), 4 or 8 rows (G; 8 rows at head dims 32-64 take
+// the row octets instead, RowOctets): D / 16 halves of 8 pairs per
 // key, 32 / G keys at once.
 template <int G>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowPairs(const char* HWY_RESTRICT row,
@@ -692,8 +699,8 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowPairs(const char* HWY_RESTRIC
   StoreRowPairScores<G>(acc, qscale, out, ostride);
 }
 
-// Scores of n key rows against 4 or 8 bf16 query rows: qm in row pairs, q2 (rows ldq2 apart)
-// for the last n % (32 / G) keys.
+// Scores of n key rows against 4 or 8 bf16 query rows (see RowOctets): qm in row pairs, q2 (rows
+// ldq2 apart) for the last n % (32 / G) keys.
 template <int G, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowPairs(const char* row, int64_t row_bytes,
                                                            int64_t n, int64_t D, const uint32_t* qm,
@@ -715,11 +722,12 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowPairs(const char* row, int6
 // instructions per 4 keys) weigh most where a key has fewest products, at small head dims: in a
 // microbenchmark (512 keys in L2, Zen 4) the octets took 11-23% less time than the row pairs at
 // head dim 64, and were within the noise at 128 (bench/RESULTS.md, thirtieth session). In the
-// decode, alternated in one process (Zen 4, ctx 4096, 10-16 rounds, medians of the per-round
+// decode, alternated in one process (Zen 4 only, ctx 4096, 8-16 rounds, medians of the per-round
 // ratios), time a call: from L3 bf16 Qwen2-0.5B's 14 / 2 of 64 9% less (16-key pages 7%), 12 / 2
 // of 48 8%, 16 / 2 of 32 8%, GQA-8 of 64 and 2 tokens of GQA-4 3%; from DRAM in the slow memory
-// mode 16 / 2 of 32 10% less, the others within ±3%. qo: chunk c's vector at qo + 16c
-// (PackRowOctets).
+// mode 16 / 2 of 32 10% less, the others from 4% less to 3% more. Head dims 32-64 only (16 was
+// not measured); other CPUs with AVX512_BF16 take them too, unmeasured there. qo: chunk c's
+// vector at qo + 16c (PackRowOctets).
 inline void PackRowOctets(const uint32_t* q2, int64_t ldq2, int64_t D, uint32_t* qo) {
   for (int64_t c = 0; c < D / 4; ++c)
     for (int64_t r = 0; r < 8; ++r)
@@ -727,7 +735,7 @@ inline void PackRowOctets(const uint32_t* q2, int64_t ldq2, int64_t D, uint32_t*
 }
 
 // Scores of 8 keys from their accumulators (lane 2r + s: row r, pair s): out[r·ostride + kk]
-// = scale · (lanes 2r + 2r + 1 of acc[kk]).
+// = scale · (lanes 2r and 2r + 1 of acc[kk]).
 TBOOST_BF16_DOT_ATTR HWY_INLINE void StoreRowOctetScores(const __m512 (&acc)[8], __m512 scale,
                                                          float* HWY_RESTRICT out, int64_t ostride) {
   // Keys 2m, 2m + 1: block j of v[m] = [2m: rows 2j, 2j + 1; 2m + 1: rows 2j, 2j + 1].
@@ -779,7 +787,7 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowOctets(const char* HWY_RESTRI
 }
 
 // Scores of n key rows against 8 bf16 query rows: qo in row octets, q2 (rows ldq2 apart) for the
-// last n % 8 keys.
+// last n % 8 keys, two at a time (8 rows x 2 keys: one Reduce16), then one.
 template <bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowOctets(const char* row, int64_t row_bytes,
                                                             int64_t n, int64_t D,
@@ -789,12 +797,13 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowOctets(const char* row, int
   int64_t t = 0;
   for (; t + 8 <= n; t += 8)
     DotKeysBf16RowOctets(row + t * row_bytes, row_bytes, D, qo, qscale, out + t, ostride, pf);
-  for (; t < n; ++t)
+  for (; t + 2 <= n; t += 2)
+    DotKeysBf16Dp<8, 2, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
+                               ostride, pf);
+  if (t < n)
     DotKeysBf16Dp<8, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
                                ostride, pf);
 }
-// Whether 8 bf16 query rows take the row octets rather than the row pairs.
-constexpr bool RowOctets(int64_t D) { return D <= 64; }
 
 using DotBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint32_t*, int64_t,
                              float, float*, int64_t, int64_t);
@@ -2588,13 +2597,18 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   const int64_t Gd = wide ? WideLanes(G) : DotRowsFor(G);
   float* ot = reinterpret_cast<float*>(sc.pb);  // DecodeWide: nh·Dv·Gd <= 32·256 floats
   // The dots in row pairs (StoreRowPairScores), q in that layout: bf16 pairs of 4 or 8 rows at
-  // qm (the second half of sc.qs, which q2's kDecodeTaskRows rows leave free); f32 at 8 rows at
+  // qm (the second half of sc.qs, which q2's kDecodeTaskRows rows leave free; 8 rows at head dims
+  // 32-64 in row octets there, RowOctets, in as many u32); f32 at 8 rows at
   // qmf (the bf16 weights' scratch, as ot, which only rows in lanes use, and which an f32
   // cache's P·V does not use) where the 8·D floats of the most heads a task of 8 rows can take
   // (kDecodeTaskRows / 8) fit there: head dims up to 256 (the ops take any head dim). Not this
   // task's heads: how many those are depends on the threads (DecodeTaskHeads), and the row pairs
-  // sum in another order than DotSpan.
+  // and octets sum in another order than DotSpan.
   const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
+  // 8 rows in row octets (RowOctets) on contiguous caches and pages of whole 8-key blocks: in
+  // 12-key pages, whose last 4 keys go one or two at a time, Qwen2-0.5B's 14 / 2 of 64 took 7-8%
+  // more time a call from DRAM than in row pairs (2 runs of 8 and 12 rounds; 1.5% less from L3).
+  const bool octets = pairs_dp && Gd == 8 && RowOctets(D) && (!kr.table || kr.block_size % 8 == 0);
   const bool pairs_f32 = TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 &&
                          D % 8 == 0 &&
                          kDecodeTaskRows / 8 * 8 * D * static_cast<int64_t>(sizeof(float)) <=
@@ -2602,6 +2616,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   uint32_t* qm = q2 + kDecodeTaskRows * ldq2;
   float* qmf = ot;
   (void)pairs_dp;
+  (void)octets;
   (void)pairs_f32;
   (void)qm;
   (void)qmf;
@@ -2657,7 +2672,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
   if (pairs_dp)
     for (int64_t hh = 0; hh < nh; ++hh) {
-      if (Gd == 8 && RowOctets(D))
+      if (octets)
         PackRowOctets(q2 + hh * Gd * ldq2, ldq2, D, qm + hh * Gd * D / 2);
       else
         PackRowPairs(q2 + hh * Gd * ldq2, ldq2, Gd, D / 16, qm + hh * Gd * D / 2);
@@ -2758,7 +2773,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           if (pairs_dp) {
             const uint32_t* qh = qm + hh * Gd * D / 2;
             const uint32_t* qr = q2 + hh * Gd * ldq2;
-            if (Gd == 8 && RowOctets(D))
+            if (octets)
               (D % 32 ? DotSpanBf16RowOctets<true>
                       : DotSpanBf16RowOctets<false>)(hrow, kr.row_bytes, n, D, qh, qr, ldq2, qscale,
                                                      out, kDecodeSub, pf);
