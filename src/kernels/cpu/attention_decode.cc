@@ -716,9 +716,10 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowPairs(const char* row, int6
                                ostride, pf);
 }
 
-// 8 bf16 query rows at head dims up to 64 in row octets: lane 2r + s of a vector holds row r's
-// pair s of a chunk of 2 pairs (4 features), and one 64-bit broadcast of a key's chunk feeds all 8
-// rows, so a score sums 2 lanes where the row pairs' sum 8. The row pairs' lane sums (42
+// 8 bf16 query rows at head dims 32-64 (RowOctets; contiguous caches and pages of whole 8-key
+// blocks, DecodeTask's `octets`) in row octets: lane 2r + s of a vector holds row r's pair s of a
+// chunk of 2 pairs (4 features), and one 64-bit broadcast of a key's chunk feeds all 8 rows, so a
+// score sums 2 lanes where a row pair's sums 8. The row pairs' lane sums (42
 // instructions per 4 keys) weigh most where a key has fewest products, at small head dims: in a
 // microbenchmark (512 keys in L2, Zen 4) the octets took 11-23% less time than the row pairs at
 // head dim 64, and were within the noise at 128 (bench/RESULTS.md, thirtieth session). In the
