@@ -755,13 +755,20 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void StoreRowOctetScores(const __m512 (&acc)[8],
     r[h][0] = _mm512_mul_ps(_mm512_permute_ps(_mm512_shuffle_ps(x, y, 0x88), 0xD8), scale);
     r[h][1] = _mm512_mul_ps(_mm512_permute_ps(_mm512_shuffle_ps(x, y, 0xDD), 0xD8), scale);
   }
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j)
+  // Block j of each result into its rows (an immediate block index: at -O1 the loop is not
+  // unrolled, and extractf32x4 takes no variable index).
+  auto store_block = [&](auto jc) HWY_ATTR {
+    constexpr int j = decltype(jc)::value;
 #pragma GCC unroll 2
     for (int e = 0; e < 2; ++e)
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h)
         _mm_storeu_ps(out + (2 * j + e) * ostride + 4 * h, _mm512_extractf32x4_ps(r[h][e], j));
+  };
+  store_block(std::integral_constant<int, 0>());
+  store_block(std::integral_constant<int, 1>());
+  store_block(std::integral_constant<int, 2>());
+  store_block(std::integral_constant<int, 3>());
 }
 
 // Scores of 8 keys (rows row_bytes apart) against 8 bf16 query rows in row octets.
