@@ -2614,8 +2614,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // and octets sum in another order than DotSpan.
   const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
   // 8 rows in row octets (RowOctets) on contiguous caches and pages of whole 8-key blocks: in
-  // 12-key pages, whose last 4 keys go one or two at a time, Qwen2-0.5B's 14 / 2 of 64 took 7-8%
-  // more time a call from DRAM than in row pairs (2 runs of 8 and 12 rounds; 1.5% less from L3).
+  // 12-key pages, whose last 4 keys go two at a time after one block of octets, Qwen2-0.5B's 14 / 2
+  // of 64 took 7-8% more time a call from DRAM than in row pairs (2 runs of 8 and 12 rounds; 1.5%
+  // less from L3).
   const bool octets = pairs_dp && Gd == 8 && RowOctets(D) && (!kr.table || kr.block_size % 8 == 0);
   const bool pairs_f32 = TBOOST_DECODE_REDUCE16 && std::is_same_v<TK, float> && !wide && Gd == 8 &&
                          D % 8 == 0 &&
