@@ -1809,12 +1809,14 @@ HWY_INLINE VF Exp2Of(DF d, VF x) {
   return Exp2(d, x);
 }
 
-// One row's scores s of keys [s0, s1) (base-2 logits): the row's mask, then the online softmax
-// against its partial pr = (m, l, O[Dvp]): s becomes exp2(s - m_new), l and O are rescaled.
-// kScalef: 2^x by Exp2Scalef (AVX-512), for weights rounded to bf16 next (the AMX P·V).
-template <bool kScalef = false>
-HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, float* HWY_RESTRICT s,
-                            float* HWY_RESTRICT pr, int64_t Dvp) {
+// One row's scores s of keys [s0, s1) (base-2 logits) in the online softmax against its
+// partial pr = (m, l, O[Dvp]) (SoftmaxStep): the row's mask on s, then the new maximum, the one
+// to subtract (0 where every score is -inf) and the factor of the old l and O.
+struct SoftmaxMax {
+  float mnew, msafe, alpha;
+};
+HWY_INLINE SoftmaxMax SoftmaxMaskMax(const DecodeRowInfo& ri, int64_t s0, int64_t s1,
+                                     float* HWY_RESTRICT s, const float* HWY_RESTRICT pr) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), ns = s1 - s0;
   const bool plain = s0 >= ri.lo && s1 - 1 <= ri.hi && ri.slope2 == 0.0f && !ri.mask;
@@ -1833,10 +1835,33 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
   if (jj < ns) mb = hn::Max(mb, LoadTailF(d, s + jj, static_cast<size_t>(ns - jj), kNegInf));
   const float mnew = std::max(pr[0], ReduceMaxF(d, mb));
   const float msafe = mnew == kNegInf ? 0.0f : mnew;
-  const float alpha = pr[0] == kNegInf ? 0.0f : std::exp2(pr[0] - msafe);
+  return {mnew, msafe, pr[0] == kNegInf ? 0.0f : std::exp2(pr[0] - msafe)};
+}
+// The partial's new m, and l and O rescaled (sum: the new weights' sum in lanes).
+HWY_INLINE void SoftmaxRescale(const SoftmaxMax& m, VF sum, float* HWY_RESTRICT pr, int64_t Dvp) {
+  const DF d;
+  pr[0] = m.mnew;
+  pr[1] = pr[1] * m.alpha + ReduceSumF(d, sum);
+  if (m.alpha != 1.0f) {
+    const VF al = hn::Set(d, m.alpha);
+    for (int64_t x = 0; x < Dvp; x += static_cast<int64_t>(hn::Lanes(d)))
+      hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
+  }
+}
+
+// One row's scores s of keys [s0, s1) (base-2 logits): the row's mask, then the online softmax
+// against its partial pr = (m, l, O[Dvp]): s becomes exp2(s - m_new), l and O are rescaled.
+// kScalef: 2^x by Exp2Scalef (AVX-512), for weights rounded to bf16 next (the AMX P·V).
+template <bool kScalef = false>
+HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, float* HWY_RESTRICT s,
+                            float* HWY_RESTRICT pr, int64_t Dvp) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), ns = s1 - s0;
+  const SoftmaxMax m = SoftmaxMaskMax(ri, s0, s1, s, pr);
   VF sum = hn::Zero(d);
-  const VF ms = hn::Set(d, msafe);
-  for (jj = 0; jj + N <= ns; jj += N) {
+  const VF ms = hn::Set(d, m.msafe);
+  int64_t jj = 0;
+  for (; jj + N <= ns; jj += N) {
     const VF p = Exp2Of<kScalef>(d, hn::Sub(hn::LoadU(d, s + jj), ms));
     hn::StoreU(p, d, s + jj);
     sum = hn::Add(sum, p);
@@ -1847,14 +1872,37 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
     StoreTailF(d, p, s + jj, static_cast<size_t>(ns - jj));
     sum = hn::Add(sum, p);
   }
-  pr[0] = mnew;
-  pr[1] = pr[1] * alpha + ReduceSumF(d, sum);
-  if (alpha != 1.0f) {
-    const VF al = hn::Set(d, alpha);
-    for (int64_t x = 0; x < Dvp; x += N)
-      hn::StoreU(hn::Mul(hn::LoadU(d, pr + 2 + x), al), d, pr + 2 + x);
-  }
+  SoftmaxRescale(m, sum, pr, Dvp);
 }
+
+#if TBOOST_HAS_BF16_DOT
+// SoftmaxStep for the pair P·V: its 2^x pass writes the weights as bf16 to pb (rounded to
+// nearest even) rather than back to s, where a pass of its own had read them back and
+// converted them. 2^x by Exp2Scalef, as for the AMX P·V: the weights are rounded to bf16 next.
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void SoftmaxStepBf16(const DecodeRowInfo& ri, int64_t s0,
+                                                       int64_t s1, float* HWY_RESTRICT s,
+                                                       float* HWY_RESTRICT pr, int64_t Dvp,
+                                                       uint16_t* HWY_RESTRICT pb) {
+  const int64_t ns = s1 - s0;
+  const SoftmaxMax m = SoftmaxMaskMax(ri, s0, s1, s, pr);
+  __m512 sum = _mm512_setzero_ps();
+  const __m512 ms = _mm512_set1_ps(m.msafe);
+  int64_t jj = 0;
+  for (; jj + 16 <= ns; jj += 16) {
+    const __m512 p = Exp2Scalef(VF{_mm512_sub_ps(_mm512_loadu_ps(s + jj), ms)}).raw;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + jj), (__m256i)_mm512_cvtneps_pbh(p));
+    sum = _mm512_add_ps(sum, p);
+  }
+  if (jj < ns) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (ns - jj)) - 1);
+    const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(kNegInf), k, s + jj);
+    const __m512 p = Exp2Scalef(VF{_mm512_sub_ps(x, ms)}).raw;
+    _mm256_mask_storeu_epi16(pb + jj, k, (__m256i)_mm512_cvtneps_pbh(p));
+    sum = _mm512_add_ps(sum, p);
+  }
+  SoftmaxRescale(m, VF{sum}, pr, Dvp);
+}
+#endif
 
 #if TBOOST_DECODE_REDUCE16
 // ---- Rows in lanes: 9 to 32 query rows per kv head (bf16 pairs or f32 FMAs) ----------------
@@ -2738,7 +2786,6 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
     const int64_t s1 = std::min(hi + 1, s0 + kDecodeSub);
-    const int64_t ns = s1 - s0;
     // Rows in lanes: the maxima of each lane's scores in this sub-block (DotSpanWide).
     alignas(64) float wide_max[kDecodeTaskRows];
     if (wide) std::fill(wide_max, wide_max + kDecodeTaskRows, kNegInf);
@@ -2832,12 +2879,14 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     for (int64_t r = 0; r < (wide ? 0 : nh * G); ++r) {
       const int64_t hh = r / G, g = r % G;
       float* srow = sc.s + (hh * Gd + g) * kDecodeSub;
-      if (amx)
-        SoftmaxStep<true>(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
+      if (amx) SoftmaxStep<true>(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
+#if TBOOST_HAS_BF16_DOT
+      else if (dp_pv)
+        SoftmaxStepBf16(rows[r], s0, s1, srow, part[hh] + g * P, Dvp,
+                        sc.pb + (hh * Gd + g) * kDecodeSub);
+#endif
       else
         SoftmaxStep(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
-      if (dp_pv && !amx)  // rounded to nearest even
-        convert(sc.pb + (hh * Gd + g) * kDecodeSub, DType::kBF16, srow, DType::kF32, ns);
     }
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
     if (pv_pages) {
