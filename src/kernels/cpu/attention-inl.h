@@ -90,8 +90,9 @@ HWY_INLINE VF Exp2(DF d, VF x) {
 }
 #if HWY_TARGET == HWY_AVX3
 // 2^x for x <= 0, exactly 0 below -200 (so for -inf): 2^round(x) applied by vscalefps, 2^f by
-// ExpPoly<4> (relative error 2.9e-6): for weights rounded to bf16 right after (the AMX paths),
-// where that error is far below the rounding. 8 instructions against Exp2's 14. AVX-512 only.
+// ExpPoly<4> (relative error 2.9e-6): for weights rounded to bf16 right after (the decode's AMX
+// and pair P·V paths, its rows in lanes), where that error is far below the rounding. 8
+// instructions against Exp2's 14. AVX-512 only.
 HWY_INLINE VF Exp2Scalef(VF x) {
   // max(-200, x) with x second: vmaxps returns its second operand for a NaN, so NaN propagates.
   const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-200.0f), x.raw);

@@ -673,10 +673,10 @@ TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t ro
 // group's 4 keys keep 8 chains of vdpbf16ps, and the keys are read in two runs of 1 KiB (at head
 // dim 128) rather than one of 2 KiB that touches all 8 rows at each half. Alternated in one process
 // (Zen 4 only, ctx 4096, 12-30 rounds, medians of the per-round ratios; bench/RESULTS.md,
-// thirty-first session), time a call: bf16 GQA-4 of 128 from L3 6% less, from DRAM 5-7% less in
-// both memory modes, in 16-key pages 4% and 6.5%; 16 / 4 of 256 2% and 5%; 32 / 8 of 64 and 9 / 3
-// of 64 within 2%. 8 rows in groups of 2 keys had been 8% slower from L3, so 8 rows keep their 4
-// keys in one group.
+// thirty-first session), time a call: bf16 GQA-4 of 128 from L3 6% less, from DRAM 7% less in the
+// fast memory mode and 4% in the slow one, in 16-key pages 4% and 6.5%; 16 / 4 of 256 2% and 5%;
+// 32 / 8 of 64 and 9 / 3 of 64 within 2%. 8 rows in groups of 2 keys had been 8% slower from L3,
+// so 8 rows keep their 4 keys in one group.
 template <int G>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowPairs(const char* HWY_RESTRICT row,
                                                          int64_t row_bytes, int64_t D,
@@ -1822,7 +1822,8 @@ HWY_INLINE VF Exp2Of(DF d, VF x) {
 
 // One row's scores s of keys [s0, s1) (base-2 logits) in the online softmax against its
 // partial pr = (m, l, O[Dvp]) (SoftmaxStep): the row's mask on s, then the new maximum, the one
-// to subtract (0 where every score is -inf) and the factor of the old l and O.
+// to subtract (0 where the new maximum is -inf: every score and the partial's old maximum) and
+// the factor of the old l and O.
 struct SoftmaxMax {
   float mnew, msafe, alpha;
 };
@@ -1888,8 +1889,10 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
 
 #if TBOOST_HAS_BF16_DOT
 // SoftmaxStep for the pair P·V: its 2^x pass writes the weights as bf16 to pb (rounded to
-// nearest even) rather than back to s, where a pass of its own had read them back and
-// converted them. 2^x by Exp2Scalef, as for the AMX P·V: the weights are rounded to bf16 next.
+// nearest even) and leaves s holding the masked logits, not the weights; a pass of its own had
+// read f32 weights back from s and converted them. 2^x by Exp2Scalef, as for the AMX P·V: the
+// weights are rounded to bf16 next. A NaN score gives a NaN weight, and so a NaN output, as on
+// the AMX path (Exp2 clamps a NaN to -127: a weight of 2^-127, none in effect).
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void SoftmaxStepBf16(const DecodeRowInfo& ri, int64_t s0,
                                                        int64_t s1, float* HWY_RESTRICT s,
                                                        float* HWY_RESTRICT pr, int64_t Dvp,
@@ -2876,8 +2879,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     // (RowsAhead), into L2 while the softmax computes.
     if (v_blocks && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
 #if TBOOST_DECODE_REDUCE16
-    // Mask, then the online softmax: of a head's lanes at once (rows in lanes), else per row,
-    // the weights also as bf16 for the pair P·V.
+    // Mask, then the online softmax: of a head's lanes at once (rows in lanes), else per row;
+    // for the pair P·V the weights go to sc.pb as bf16 only (SoftmaxStepBf16).
     for (int64_t hh = 0; hh < (wide ? nh : 0); ++hh) {
       float* st = sc.s + hh * Gd * kDecodeSub;
       if (wide_f32)
