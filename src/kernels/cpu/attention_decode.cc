@@ -1124,6 +1124,32 @@ struct PvSpan {
 // Spans per block: at most PvBlockKeys (pages of one key); the tiles' blocks (TileBlockRows, up
 // to 256 rows) of pages shorter than 4 keys end at this many pages instead.
 constexpr int64_t kMaxPvSpans = 64;
+// The requests of the passes over a block's spans (PvPagesPairs, AxpyPagesTiles): span i's ask
+// for span i of the spans at nx (nhoff bytes from their rows), spread over its steps of rps rows.
+// Only the first min(ns, nnx) are made: an array of RowsAhead (default member initializers) had
+// zeroed kMaxPvSpans entries per call, a `rep stos` and a loop that took 13% of the pair P·V's
+// samples (Qwen2-0.5B's 14 / 2 heads in 16-token pages, bf16 from cache). A single pass asks for
+// the next span too: elsewhere it asks by KvAhead, whose fixed distance points past a page.
+class SpanAheads {
+ public:
+  SpanAheads(const PvSpan* sp, int64_t ns, const PvSpan* nx, int64_t nnx, int64_t nhoff,
+             int64_t npass, int64_t rps, int64_t X)
+      : n_(std::min(ns, nnx)) {
+    RowsAhead* ra = reinterpret_cast<RowsAhead*>(bytes_);
+    for (int64_t i = 0; i < n_; ++i) {
+      new (ra + i) RowsAhead(nx[i].row + nhoff, nx[i].n, npass, (sp[i].n + rps - 1) / rps, X);
+      ra[i].next = nx[i].row + nhoff;
+    }
+  }
+  // Span i's requests (none past the spans at nx).
+  RowsAhead at(int64_t i) const {
+    return i < n_ ? reinterpret_cast<const RowsAhead*>(bytes_)[i] : RowsAhead();
+  }
+
+ private:
+  alignas(RowsAhead) unsigned char bytes_[kMaxPvSpans * sizeof(RowsAhead)];
+  int64_t n_;
+};
 
 // The P·V of a sub-block's value spans (all heads of the task) in blocks of whole spans of up to
 // `block` keys and kMaxPvSpans spans: fn(block's spans, count, head offset, the spans its passes
@@ -1369,18 +1395,17 @@ constexpr std::array<AxpyFn<TK>, sizeof...(I)> AxpyTable(std::integer_sequence<i
 // f32 GQA-8 at head dim 128 in 16-key pages 7.5-11%, 28 / 4 5%; from DRAM in the slow memory
 // mode 14 / 2 in 16-key pages 7% less, 28 / 4 3-6%, 32-key pages and GQA-8 within ±3% (an
 // unchanged case: +2%).
-// Span i's steps ask for their share of the next block's span i (ra[i], i < nra).
+// Span i's steps ask for their share of the next block's span i (ra.at(i)).
 template <class TK, int GR, int XV>
 HWY_INLINE void AxpyTilePages(const PvSpan* sp, int64_t ns, int64_t hoff, int64_t row_bytes,
-                              const RowsAhead* ra, int64_t nra, int64_t ip, int64_t X,
-                              const float* p, int64_t pstride, float* os, int64_t ostride) {
+                              const SpanAheads& ra, int64_t ip, int64_t X, const float* p,
+                              int64_t pstride, float* os, int64_t ostride) {
   VF acc[GR][XV];
   TileLoad<GR, XV>(acc, os, ostride);
   for (int64_t i = 0; i < ns; ++i) {
     const PvSpan& s = sp[i];
     AxpyTileSteps<TK, GR, XV>(acc, s.row + hoff, row_bytes, s.n,
-                              PassAhead<>(i < nra ? ra[i] : RowsAhead(), ip, s.n, 1, X, row_bytes),
-                              p + s.t, pstride);
+                              PassAhead<>(ra.at(i), ip, s.n, 1, X, row_bytes), p + s.t, pstride);
   }
   TileStore<GR, XV>(acc, os, ostride);
 }
@@ -1400,24 +1425,19 @@ HWY_NOINLINE void AxpyPagesTiles(const PvSpan* sp, int64_t ns, int64_t hoff, con
     const int64_t OV = Dv / N, bytes = Dv * static_cast<int64_t>(sizeof(TK));
     const int64_t X = (bytes + 63) / 64, tiles = (OV + kXF - 1) / kXF;
     const int64_t npass = tiles * kFull + (kRest > 0 ? (OV + kXR - 1) / kXR : 0);
-    // Only ra[0, nra) is made (see PvPagesPairs).
-    alignas(RowsAhead) unsigned char ra_bytes[kMaxPvSpans * sizeof(RowsAhead)];
-    RowsAhead* ra = reinterpret_cast<RowsAhead*>(ra_bytes);
-    const int64_t nra = std::min(ns, nnx);
-    for (int64_t i = 0; i < nra; ++i)
-      new (ra + i) RowsAhead(nx[i].row + nhoff, nx[i].n, npass, sp[i].n, X);
+    const SpanAheads ra(sp, ns, nx, nnx, nhoff, npass, 1, X);
     const int64_t es = static_cast<int64_t>(sizeof(TK));
     for (int i = 0; i < kFull; ++i)
       ForTiles<TK, kXF>(OV, [&](auto xv, int64_t x, int64_t k) HWY_ATTR {
-        AxpyTilePages<TK, 4, decltype(xv)::value>(sp, ns, hoff + x * N * es, row_bytes, ra, nra,
+        AxpyTilePages<TK, 4, decltype(xv)::value>(sp, ns, hoff + x * N * es, row_bytes, ra,
                                                   i * tiles + k, X, p + i * 4 * pstride, pstride,
                                                   os + i * 4 * ostride + x * N, ostride);
       });
     if constexpr (kRest > 0)
       ForTiles<TK, kXR>(OV, [&](auto xv, int64_t x, int64_t k) HWY_ATTR {
         AxpyTilePages<TK, kRest, decltype(xv)::value>(
-            sp, ns, hoff + x * N * es, row_bytes, ra, nra, kFull * tiles + k, X,
-            p + kFull * 4 * pstride, pstride, os + kFull * 4 * ostride + x * N, ostride);
+            sp, ns, hoff + x * N * es, row_bytes, ra, kFull * tiles + k, X, p + kFull * 4 * pstride,
+            pstride, os + kFull * 4 * ostride + x * N, ostride);
       });
   }
 }
@@ -1705,20 +1725,19 @@ constexpr std::array<AxpyBf16DpFn, 2 * sizeof...(I)> AxpyBf16DpTable(
 // there the P·V took 36% of a bf16 GQA-8 decode's samples from L3, against 23% on a contiguous
 // cache (the dots 29% against 25%).
 // One pass of GB rows over the ns spans of a block (at hoff bytes from their rows): span i's
-// steps ask for their share of the next block's span i (ra[i], i < nra).
+// steps ask for their share of the next block's span i (ra.at(i)).
 template <int GB, int XB, int kPassLines, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPagesPass(const PvSpan* sp, int64_t ns, int64_t hoff,
                                                  int64_t row_bytes, int64_t X, const uint16_t* pb,
                                                  int64_t ldp, float* os, int64_t ostride,
-                                                 const RowsAhead* ra, int64_t nra, int64_t ip0) {
+                                                 const SpanAheads& ra, int64_t ip0) {
   const int64_t Xw = kHalf ? X - XB : X;  // the last pass holds the half chunk
   for (int64_t x0 = 0; x0 < X; x0 += XB) {
     PvLanes acc[GB][XB];
     PvLoadAcc<GB, XB>(acc, os, ostride, x0);
     for (int64_t i = 0; i < ns; ++i) {
       const PvSpan& s = sp[i];
-      const PassAhead<kPassLines> pa(i < nra ? ra[i] : RowsAhead(), ip0 + x0 / XB, (s.n + 1) / 2, 2,
-                                     X, row_bytes);
+      const PassAhead<kPassLines> pa(ra.at(i), ip0 + x0 / XB, (s.n + 1) / 2, 2, X, row_bytes);
       if (kHalf && x0 == Xw)
         PvSteps<GB, XB, kPassLines, true>(acc, s.row + hoff, row_bytes, s.n, x0, pb + s.t, ldp, 2,
                                           false, 0, pa);
@@ -1739,25 +1758,14 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void PvPagesPairs(const PvSpan* sp, int64_t ns, 
                                                   int64_t ldp, float* os, int64_t ostride) {
   constexpr int GB = std::max(1, std::min(G, 8 / XB)), kFull = G / GB, kRest = G % GB;
   const int64_t npass = X / XB * (kFull + (kRest > 0));
-  // Only ra[0, nra) is made: an array of RowsAhead (default member initializers) had zeroed
-  // kMaxPvSpans entries per call, a `rep stos` and a loop that took 13% of this function's
-  // samples (Qwen2-0.5B's 14 / 2 heads in 16-token pages, bf16 from cache).
-  alignas(RowsAhead) unsigned char ra_bytes[kMaxPvSpans * sizeof(RowsAhead)];
-  RowsAhead* ra = reinterpret_cast<RowsAhead*>(ra_bytes);
-  const int64_t nra = std::min(ns, nnx);
-  for (int64_t i = 0; i < nra; ++i) {
-    // A single pass asks for the next span too: elsewhere it asks by KvAhead, whose fixed
-    // distance points past a page.
-    new (ra + i) RowsAhead(nx[i].row + nhoff, nx[i].n, npass, (sp[i].n + 1) / 2, X);
-    ra[i].next = nx[i].row + nhoff;
-  }
+  const SpanAheads ra(sp, ns, nx, nnx, nhoff, npass, 2, X);
   constexpr int kPassLines = std::max(1, 2 * XB / (kFull + (kRest > 0)));  // as PvPairs
   for (int i = 0; i < kFull; ++i)
     PvPagesPass<GB, XB, kPassLines, kHalf>(sp, ns, hoff, row_bytes, X, pb + i * GB * ldp, ldp,
-                                           os + i * GB * ostride, ostride, ra, nra, i * (X / XB));
+                                           os + i * GB * ostride, ostride, ra, i * (X / XB));
   if constexpr (kRest > 0)
     PvPagesPass<kRest, XB, kPassLines, kHalf>(sp, ns, hoff, row_bytes, X, pb + kFull * GB * ldp,
-                                              ldp, os + kFull * GB * ostride, ostride, ra, nra,
+                                              ldp, os + kFull * GB * ostride, ostride, ra,
                                               kFull * (X / XB));
 }
 
@@ -1892,7 +1900,9 @@ HWY_INLINE void SoftmaxStep(const DecodeRowInfo& ri, int64_t s0, int64_t s1, flo
 // nearest even) and leaves s holding the masked logits, not the weights; a pass of its own had
 // read f32 weights back from s and converted them. 2^x by Exp2Scalef, as for the AMX P·V: the
 // weights are rounded to bf16 next. A NaN score gives a NaN weight, and so a NaN output, as on
-// the AMX path (Exp2 clamps a NaN to -127: a weight of 2^-127, none in effect).
+// the AMX path (Exp2 clamps a NaN to -127: a weight of 2^-127, none in effect). Its 2^x loop is
+// SoftmaxStep's with other stores: the bf16 rounding needs this function's AVX512_BF16 target,
+// which SoftmaxStep, inlined into DecodeTask on every AVX-512 CPU, cannot carry.
 TBOOST_BF16_DOT_ATTR HWY_NOINLINE void SoftmaxStepBf16(const DecodeRowInfo& ri, int64_t s0,
                                                        int64_t s1, float* HWY_RESTRICT s,
                                                        float* HWY_RESTRICT pr, int64_t Dvp,
@@ -2902,45 +2912,43 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       else
         SoftmaxStep(rows[r], s0, s1, srow, part[hh] + g * P, Dvp);
     }
-#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-    if (pv_pages) {
-      static constexpr auto pages_fns =
-          AxpyPagesTable(std::make_integer_sequence<int, kMaxDecodeRows>());
-      const AxpyPagesFn fn = pages_fns[PairFn(Dv, G)];
-      PvSpan sp[kDecodeSub];
-      int64_t nsp = 0;
-      vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-        sp[nsp++] = {row, n, j - s0};
-      });
-      // Paged caches take chunks of kDecodeChunk = kDecodeSub keys: this is the task's only
-      // sub-block, and its last block asks for nothing after it.
-      static_assert(kDecodeChunk == kDecodeSub);
-      ForPageBlocks(sp, nsp, PvBlockKeys(Dv), nh, v_head_bytes,
-                    [&](const PvSpan* b, int64_t nb, int64_t hoff, const PvSpan* nx, int64_t nnx,
-                        int64_t nhoff, int64_t hh) {
-                      fn(b, nb, hoff, nx, nnx, nhoff, vr.row_bytes, Dv,
-                         sc.pb + hh * Gd * kDecodeSub, kDecodeSub, part[hh] + 2, P);
-                    });
-      continue;
-    }
-#endif
 #if TBOOST_DECODE_REDUCE16
-    if (pv_tiles_pages) {
-      static constexpr auto tiles_fns =
-          AxpyPagesTilesTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
+    // The P·V over blocks of several pages: the pair P·V's (pv_pages) or the register tiles'
+    // (pv_tiles_pages). Paged caches take chunks of kDecodeChunk = kDecodeSub keys: this is the
+    // task's only sub-block, and its last block asks for nothing after it.
+#if TBOOST_HAS_BF16_DOT
+    const bool pairs_pages = pv_pages;
+#else
+    const bool pairs_pages = false;
+#endif
+    if (pairs_pages || pv_tiles_pages) {
+      static_assert(kDecodeChunk == kDecodeSub);
       PvSpan sp[kDecodeSub];
       int64_t nsp = 0;
       vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
         sp[nsp++] = {row, n, j - s0};
       });
-      static_assert(kDecodeChunk == kDecodeSub);  // the task's only sub-block (as pv_pages)
-      ForPageBlocks(sp, nsp, TileBlockRows(Dv * static_cast<int64_t>(sizeof(TK))), nh, v_head_bytes,
-                    [&](const PvSpan* b, int64_t nb, int64_t hoff, const PvSpan* nx, int64_t nnx,
-                        int64_t nhoff, int64_t hh) {
-                      tiles_fns[static_cast<size_t>(G - 1)](
-                          b, nb, hoff, nx, nnx, nhoff, vr.row_bytes, Dv,
-                          sc.s + hh * Gd * kDecodeSub, kDecodeSub, part[hh] + 2, P);
-                    });
+      const int64_t block =
+          pairs_pages ? PvBlockKeys(Dv) : TileBlockRows(Dv * static_cast<int64_t>(sizeof(TK)));
+      ForPageBlocks(
+          sp, nsp, block, nh, v_head_bytes,
+          [&](const PvSpan* b, int64_t nb, int64_t hoff, const PvSpan* nx, int64_t nnx,
+              int64_t nhoff, int64_t hh) {
+#if TBOOST_HAS_BF16_DOT
+            if (pairs_pages) {
+              static constexpr auto pages_fns =
+                  AxpyPagesTable(std::make_integer_sequence<int, kMaxDecodeRows>());
+              pages_fns[PairFn(Dv, G)](b, nb, hoff, nx, nnx, nhoff, vr.row_bytes, Dv,
+                                       sc.pb + hh * Gd * kDecodeSub, kDecodeSub, part[hh] + 2, P);
+              return;
+            }
+#endif
+            static constexpr auto tiles_fns =
+                AxpyPagesTilesTable<TK>(std::make_integer_sequence<int, kMaxDecodeRows>());
+            tiles_fns[static_cast<size_t>(G - 1)](b, nb, hoff, nx, nnx, nhoff, vr.row_bytes, Dv,
+                                                  sc.s + hh * Gd * kDecodeSub, kDecodeSub,
+                                                  part[hh] + 2, P);
+          });
       continue;
     }
 #endif
