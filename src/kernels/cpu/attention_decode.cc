@@ -37,7 +37,7 @@ struct DecodeScratch {
   float* s;      // G x kDecodeSub
   float* row;    // max(D, Dv)
   uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp); an f32 cache's
-                 // q in row pairs (DotSpanF32RowPairs) where it fits
+                 // q in row pairs (DotSpansF32RowPairs) where it fits
   // AMX (AmxScores, AmxPv, AmxPvRows; AVX-512 objects only):
   uint32_t* q2t;  // per head D/2 x AmxCols(G): its query rows as pair columns (256 columns)
   float* ct;      // 16 x AmxCols(G): scores of 16 keys (rows) for the query columns
@@ -203,9 +203,48 @@ constexpr int64_t DotRowsFor(int64_t G) {
   if (!TBOOST_DECODE_REDUCE16 || G > 8) return G;
   return G == 3 ? 4 : G >= 5 ? 8 : G;
 }
-// Whether 8 bf16 query rows take the row octets (DotSpanBf16RowOctets) rather than the row pairs:
+// Whether 8 bf16 query rows take the row octets (DotSpansBf16RowOctets) rather than the row pairs:
 // head dims 32-64.
 constexpr bool RowOctets(int64_t D) { return D >= 32 && D <= 64; }
+
+// The request distance (KvAhead's) of head hh of a span whose task reads nh heads head_bytes
+// apart (a page's heads side by side, front to back), the next span's first head at `next`
+// (another page; null: none, or a contiguous cache): `ahead` where the target of the head's
+// first row stays in the span's heads, else the same distance into the next page, as the stream
+// goes on there (a head across the page's end then asks for its first rows' targets before the
+// next page's start). A fixed distance past the page points at a block of another sequence or
+// none. Where it was taken for all heads but the last (the last one mapped to the next page's
+// first head), the next page's other heads went unrequested wherever a head is less than the
+// distance: half of each page at 2 heads of 2 KiB. The last head's mapping, alternated in one
+// process with 16-token pages, from DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 ->
+// 0.49-0.75 of the read), MHA 2-17%; f32 GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
+inline int64_t SpanAhead(const char* row, const char* next, int64_t hh, int64_t nh,
+                         int64_t head_bytes, int64_t ahead) {
+  if (!next || hh * head_bytes + ahead < nh * head_bytes) return ahead;
+  return static_cast<int64_t>(next - row) + ahead - nh * head_bytes;
+}
+// The key rows of a task's sub-block as the dots read them: spans of evenly spaced rows (a page's
+// rows of a paged cache, all of them on a contiguous one), each holding the task's nh heads
+// head_bytes apart, read span by span and each span's heads in turn (a page front to back).
+// The dots kernels take a sub-block's spans in one call (DotSpans and the others). A call per
+// page and head, with a lambda's bookkeeping (the table's divisions) between them, had cost
+// Qwen2-0.5B's 14 / 2 heads of 64 (bf16) 18.6-20.4 TSC cycles a key and kv head of dots in
+// 16-key pages against 16.2-18.0 on a contiguous cache, and a contiguous cache cut into 16-key
+// calls as much; in one call the pages take 16.6-17.4 (phase counters from L3, Zen 4,
+// processes in turn; bench/RESULTS.md, thirty-second session).
+struct KeySpan {
+  const char* row;   // the task's first head
+  const char* next;  // the row after the span's last, in another page; null: none or contiguous
+  int64_t n, t;      // rows, and the sub-block's key of the first
+};
+struct KeySpans {
+  const KeySpan* sp;
+  int64_t ns, nh, head_bytes, ahead;
+  // The request distance of head hh in span i (SpanAhead).
+  int64_t pf(int64_t i, int64_t hh) const {
+    return SpanAhead(sp[i].row, sp[i].next, hh, nh, head_bytes, ahead);
+  }
+};
 
 // Lanes of a task of G query rows per kv head whose rows lie in lanes (DotSpanWide): 16 or 32.
 inline int64_t WideLanes(int64_t G) { return RoundUp(G, 16); }
@@ -460,9 +499,9 @@ HWY_INLINE void DotKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_t
 // GQA-8 at 128 9-14%, GQA-4 at 80 7-9%, at 128 -4 to +17%; f32 14 / 2 13-17%, GQA-8 at 128
 // 15-19%; from DRAM in the slow memory mode within the noise either way (bench/RESULTS.md,
 // twenty-third session). bf16 8 rows at head dims 32-64 have since taken the row octets
-// (DotSpanBf16RowOctets), whose scores sum 2 lanes. A row is a whole number of halves for head dims
-// that are multiples of 8 (f32) or 16 (bf16 pairs): no masked tail. The reduction: acc[p][kk] (row
-// pair p, key kk) -> out[g·ostride + kk] · scale.
+// (DotSpansBf16RowOctets), whose scores sum 2 lanes. A row is a whole number of halves for head
+// dims that are multiples of 8 (f32) or 16 (bf16 pairs): no masked tail. The reduction: acc[p][kk]
+// (row pair p, key kk) -> out[g·ostride + kk] · scale.
 template <int G>
 HWY_INLINE void StoreRowPairScores(const __m512 (&acc)[G / 2][32 / G], float scale,
                                    float* HWY_RESTRICT out, int64_t ostride) {
@@ -539,30 +578,45 @@ HWY_INLINE void DotKeysF32RowPairs(const char* HWY_RESTRICT row, int64_t row_byt
   StoreRowPairScores<8>(acc, 1.0f, out, ostride);
 }
 
-// Scores of n key rows against 8 f32 query rows: qm in row pairs, qs (Dp apart) for the last
-// n % 4 keys.
-HWY_NOINLINE void DotSpanF32RowPairs(const char* row, int64_t row_bytes, int64_t n, int64_t D,
-                                     int64_t Dp, const float* qm, const float* qs, float* out,
-                                     int64_t ostride, int64_t pf) {
-  int64_t t = 0;
-  for (; t + 4 <= n; t += 4)
-    DotKeysF32RowPairs(row + t * row_bytes, row_bytes, D, qm, out + t, ostride, pf);
-  for (; t < n; ++t)
-    DotKeys<float, 8, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride, pf);
+// Scores of a sub-block's key spans against 8 f32 query rows per head: head hh's in row pairs at
+// qm + hh·8·D, at qs + hh·8·Dp (rows Dp apart) for a span's last n % 4 keys; its scores at
+// s + hh·8·kDecodeSub.
+HWY_NOINLINE void DotSpansF32RowPairs(const KeySpans& ks, int64_t row_bytes, int64_t D, int64_t Dp,
+                                      const float* qm, const float* qs, float* s) {
+  for (int64_t i = 0; i < ks.ns; ++i)
+    for (int64_t hh = 0; hh < ks.nh; ++hh) {
+      const char* row = ks.sp[i].row + hh * ks.head_bytes;
+      const int64_t n = ks.sp[i].n, pf = ks.pf(i, hh);
+      float* out = s + hh * 8 * kDecodeSub + ks.sp[i].t;
+      int64_t t = 0;
+      for (; t + 4 <= n; t += 4)
+        DotKeysF32RowPairs(row + t * row_bytes, row_bytes, D, qm + hh * 8 * D, out + t, kDecodeSub,
+                           pf);
+      for (; t < n; ++t)
+        DotKeys<float, 8, 1>(row + t * row_bytes, row_bytes, D, Dp, qs + hh * 8 * Dp, out + t,
+                             kDecodeSub, pf);
+    }
 }
 #endif
 
-// Scores of n consecutive key rows against G query rows.
+// Scores of a sub-block's key spans against G query rows per head: head hh's at qs + hh·G·Dp
+// (rows Dp apart), its scores at s + hh·G·kDecodeSub.
 template <class TK, int G>
-HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t D, int64_t Dp,
-                          const float* qs, float* out, int64_t ostride, int64_t pf) {
+HWY_NOINLINE void DotSpans(const KeySpans& ks, int64_t row_bytes, int64_t D, int64_t Dp,
+                           const float* qs, float* s) {
   constexpr int KK = KeysAtOnce(G);
-  int64_t t = 0;
-  for (; t + KK <= n; t += KK) {
-    DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride, pf);
-  }
-  for (; t < n; ++t)
-    DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, qs, out + t, ostride, pf);
+  for (int64_t i = 0; i < ks.ns; ++i)
+    for (int64_t hh = 0; hh < ks.nh; ++hh) {
+      const char* row = ks.sp[i].row + hh * ks.head_bytes;
+      const int64_t n = ks.sp[i].n, pf = ks.pf(i, hh);
+      const float* q = qs + hh * G * Dp;
+      float* out = s + hh * G * kDecodeSub + ks.sp[i].t;
+      int64_t t = 0;
+      for (; t + KK <= n; t += KK)
+        DotKeys<TK, G, KK>(row + t * row_bytes, row_bytes, D, Dp, q, out + t, kDecodeSub, pf);
+      for (; t < n; ++t)
+        DotKeys<TK, G, 1>(row + t * row_bytes, row_bytes, D, Dp, q, out + t, kDecodeSub, pf);
+    }
 }
 
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
@@ -572,8 +626,8 @@ HWY_NOINLINE void DotSpan(const char* row, int64_t row_bytes, int64_t n, int64_t
 // widened path; the scale is applied to the sum (q itself stays exact). Used for every group
 // size: with 4 or more query rows per key the widened path is bound by its FMAs (25-33 GB/s of
 // bf16 cache from L3 on Zen 4), and this halves the dot's instructions. Same loop orders as
-// DotKeys; DotSpanBf16Dp mirrors DotSpan, carrying the AVX512_BF16 target attribute that
-// DotSpan must not. q2: G rows of D / 2 u32 pairs, ldq2 apart.
+// DotKeys; DotSpansBf16Dp mirrors DotSpans, carrying the AVX512_BF16 target attribute that
+// DotSpans must not. q2: G rows of D / 2 u32 pairs, ldq2 apart.
 template <int G, int KK, bool kHalf>
 TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row, int64_t row_bytes,
                                                    int64_t D, const uint32_t* HWY_RESTRICT q2,
@@ -650,20 +704,27 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16Dp(const char* HWY_RESTRICT row,
   StoreScores<G, KK>(acc, qscale, out, ostride);
 }
 
+// Head hh's G query rows at q2 + hh·q_head (rows ldq2 apart), its scores at s + hh·s_head.
 template <int G, bool kHalf>
-TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16Dp(const char* row, int64_t row_bytes, int64_t n,
-                                                     int64_t D, const uint32_t* q2, int64_t ldq2,
-                                                     float qscale, float* out, int64_t ostride,
-                                                     int64_t pf) {
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpansBf16Dp(const KeySpans& ks, int64_t row_bytes,
+                                                      int64_t D, const uint32_t* q2, int64_t ldq2,
+                                                      int64_t q_head, float qscale, float* s,
+                                                      int64_t s_head) {
   constexpr int KK = KeysAtOnce(G);
-  int64_t t = 0;
-  for (; t + KK <= n; t += KK) {
-    DotKeysBf16Dp<G, KK, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
-                                ostride, pf);
-  }
-  for (; t < n; ++t)
-    DotKeysBf16Dp<G, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
-                               ostride, pf);
+  for (int64_t i = 0; i < ks.ns; ++i)
+    for (int64_t hh = 0; hh < ks.nh; ++hh) {
+      const char* row = ks.sp[i].row + hh * ks.head_bytes;
+      const int64_t n = ks.sp[i].n, pf = ks.pf(i, hh);
+      const uint32_t* q = q2 + hh * q_head;
+      float* out = s + hh * s_head + ks.sp[i].t;
+      int64_t t = 0;
+      for (; t + KK <= n; t += KK)
+        DotKeysBf16Dp<G, KK, kHalf>(row + t * row_bytes, row_bytes, D, q, ldq2, qscale, out + t,
+                                    kDecodeSub, pf);
+      for (; t < n; ++t)
+        DotKeysBf16Dp<G, 1, kHalf>(row + t * row_bytes, row_bytes, D, q, ldq2, qscale, out + t,
+                                   kDecodeSub, pf);
+    }
 }
 
 // bf16 pairs in row pairs (StoreRowPairScores), 4 or 8 rows (G; 8 rows at head dims 32-64 take
@@ -710,21 +771,28 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowPairs(const char* HWY_RESTRIC
   StoreRowPairScores<G>(acc, qscale, out, ostride);
 }
 
-// Scores of n key rows against 4 or 8 bf16 query rows (see RowOctets): qm in row pairs, q2 (rows
-// ldq2 apart) for the last n % (32 / G) keys.
+// Scores of a sub-block's key spans against 4 or 8 bf16 query rows per head (see RowOctets): head
+// hh's in row pairs at qm + hh·G·D / 2, at q2 + hh·G·ldq2 (rows ldq2 apart) for a span's last
+// n % (32 / G) keys; its scores at s + hh·G·kDecodeSub.
 template <int G, bool kHalf>
-TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowPairs(const char* row, int64_t row_bytes,
-                                                           int64_t n, int64_t D, const uint32_t* qm,
-                                                           const uint32_t* q2, int64_t ldq2,
-                                                           float qscale, float* out,
-                                                           int64_t ostride, int64_t pf) {
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpansBf16RowPairs(const KeySpans& ks, int64_t row_bytes,
+                                                            int64_t D, const uint32_t* qm,
+                                                            const uint32_t* q2, int64_t ldq2,
+                                                            float qscale, float* s) {
   constexpr int KK = 32 / G;
-  int64_t t = 0;
-  for (; t + KK <= n; t += KK)
-    DotKeysBf16RowPairs<G>(row + t * row_bytes, row_bytes, D, qm, qscale, out + t, ostride, pf);
-  for (; t < n; ++t)
-    DotKeysBf16Dp<G, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
-                               ostride, pf);
+  for (int64_t i = 0; i < ks.ns; ++i)
+    for (int64_t hh = 0; hh < ks.nh; ++hh) {
+      const char* row = ks.sp[i].row + hh * ks.head_bytes;
+      const int64_t n = ks.sp[i].n, pf = ks.pf(i, hh);
+      float* out = s + hh * G * kDecodeSub + ks.sp[i].t;
+      int64_t t = 0;
+      for (; t + KK <= n; t += KK)
+        DotKeysBf16RowPairs<G>(row + t * row_bytes, row_bytes, D, qm + hh * G * D / 2, qscale,
+                               out + t, kDecodeSub, pf);
+      for (; t < n; ++t)
+        DotKeysBf16Dp<G, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2 + hh * G * ldq2, ldq2,
+                                   qscale, out + t, kDecodeSub, pf);
+    }
 }
 
 // 8 bf16 query rows at head dims 32-64 (RowOctets; contiguous caches and pages of whole 8-key
@@ -805,31 +873,39 @@ TBOOST_BF16_DOT_ATTR HWY_INLINE void DotKeysBf16RowOctets(const char* HWY_RESTRI
   StoreRowOctetScores(acc, _mm512_set1_ps(qscale), out, ostride);
 }
 
-// Scores of n key rows against 8 bf16 query rows: qo in row octets, q2 (rows ldq2 apart) for the
-// last n % 8 keys, two at a time (8 rows x 2 keys: one Reduce16), then one.
+// Scores of a sub-block's key spans against 8 bf16 query rows per head: head hh's in row octets
+// at qo + hh·4·D, at q2 + hh·8·ldq2 (rows ldq2 apart) for a span's last n % 8 keys, two at a time
+// (8 rows x 2 keys: one Reduce16), then one; its scores at s + hh·8·kDecodeSub.
 template <bool kHalf>
-TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpanBf16RowOctets(const char* row, int64_t row_bytes,
-                                                            int64_t n, int64_t D,
-                                                            const uint32_t* qo, const uint32_t* q2,
-                                                            int64_t ldq2, float qscale, float* out,
-                                                            int64_t ostride, int64_t pf) {
-  int64_t t = 0;
-  for (; t + 8 <= n; t += 8)
-    DotKeysBf16RowOctets(row + t * row_bytes, row_bytes, D, qo, qscale, out + t, ostride, pf);
-  for (; t + 2 <= n; t += 2)
-    DotKeysBf16Dp<8, 2, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
-                               ostride, pf);
-  if (t < n)
-    DotKeysBf16Dp<8, 1, kHalf>(row + t * row_bytes, row_bytes, D, q2, ldq2, qscale, out + t,
-                               ostride, pf);
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void DotSpansBf16RowOctets(const KeySpans& ks, int64_t row_bytes,
+                                                             int64_t D, const uint32_t* qo,
+                                                             const uint32_t* q2, int64_t ldq2,
+                                                             float qscale, float* s) {
+  for (int64_t i = 0; i < ks.ns; ++i)
+    for (int64_t hh = 0; hh < ks.nh; ++hh) {
+      const char* row = ks.sp[i].row + hh * ks.head_bytes;
+      const int64_t n = ks.sp[i].n, pf = ks.pf(i, hh);
+      const uint32_t* qr = q2 + hh * 8 * ldq2;
+      float* out = s + hh * 8 * kDecodeSub + ks.sp[i].t;
+      int64_t t = 0;
+      for (; t + 8 <= n; t += 8)
+        DotKeysBf16RowOctets(row + t * row_bytes, row_bytes, D, qo + hh * 4 * D, qscale, out + t,
+                             kDecodeSub, pf);
+      for (; t + 2 <= n; t += 2)
+        DotKeysBf16Dp<8, 2, kHalf>(row + t * row_bytes, row_bytes, D, qr, ldq2, qscale, out + t,
+                                   kDecodeSub, pf);
+      if (t < n)
+        DotKeysBf16Dp<8, 1, kHalf>(row + t * row_bytes, row_bytes, D, qr, ldq2, qscale, out + t,
+                                   kDecodeSub, pf);
+    }
 }
 
-using DotBf16DpFn = void (*)(const char*, int64_t, int64_t, int64_t, const uint32_t*, int64_t,
-                             float, float*, int64_t, int64_t);
+using DotBf16DpFn = void (*)(const KeySpans&, int64_t, int64_t, const uint32_t*, int64_t, int64_t,
+                             float, float*, int64_t);
 template <int... I>
 constexpr std::array<DotBf16DpFn, 2 * sizeof...(I)> DotBf16DpTable(
     std::integer_sequence<int, I...>) {
-  return {&DotSpanBf16Dp<I + 1, false>..., &DotSpanBf16Dp<I + 1, true>...};
+  return {&DotSpansBf16Dp<I + 1, false>..., &DotSpansBf16Dp<I + 1, true>...};
 }
 // The entry of the pair tables (DotBf16DpTable, AxpyBf16DpTable, AxpyPagesTable) for `rows`
 // query rows and a head dim `dim`: the second half where dim is an odd multiple of 16.
@@ -1802,11 +1878,10 @@ constexpr std::array<AxpyPagesFn, 2 * sizeof...(I)> AxpyPagesTable(
 #endif
 
 template <class TK>
-using DotFn = void (*)(const char*, int64_t, int64_t, int64_t, int64_t, const float*, float*,
-                       int64_t, int64_t);
+using DotFn = void (*)(const KeySpans&, int64_t, int64_t, int64_t, const float*, float*);
 template <class TK, int... I>
 constexpr std::array<DotFn<TK>, sizeof...(I)> DotTable(std::integer_sequence<int, I...>) {
-  return {&DotSpan<TK, I + 1>...};
+  return {&DotSpans<TK, I + 1>...};
 }
 
 // Decode task: nh adjacent kv heads (kv head kvh0 + hh) of one sequence, G query rows of each
@@ -2683,7 +2758,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // cache's P·V does not use) where the 8·D floats of the most heads a task of 8 rows can take
   // (kDecodeTaskRows / 8) fit there: head dims up to 256 (the ops take any head dim). Not this
   // task's heads: how many those are depends on the threads (DecodeTaskHeads), and the row pairs
-  // and octets sum in another order than DotSpan.
+  // and octets sum in another order than DotSpans.
   const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
   // 8 rows in row octets (RowOctets) on contiguous caches and pages of whole 8-key blocks: in
   // 12-key pages, whose last 4 keys go two at a time after one block of octets, Qwen2-0.5B's 14 / 2
@@ -2786,26 +2861,17 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   }
   lo = std::max(lo, c0);
   hi = std::min(hi, c1 - 1);
-  // The prefetch distance (KvAhead's `ahead`) of head hh in a span of a paged cache, whose
-  // page holds the task's nh heads side by side (nh·head_bytes, read front to back): the fixed
-  // distance where the target of the head's first row stays in the page, else the same
-  // distance into the next page (key jn on), as the stream goes on there (a head across the
-  // page's end then asks for its first rows' targets before the next page's start). A fixed
-  // distance past the page points at a block of another sequence or none. Where it was taken for
-  // all heads but the last (the last one mapped to the next page's first head), the next page's
-  // other heads went unrequested wherever a head is less than the distance: half of each page at 2
-  // heads of 2 KiB. The last head's mapping, alternated in one process with 16-token pages, from
-  // DRAM: bf16 GQA-4 6-21% faster (4 rounds, 0.40-0.71 -> 0.49-0.75 of the read), MHA 2-17%; f32
-  // GQA-4 4-6%, MHA -1 to +4%; from cache 5-26%.
-  // 0 where the hardware prefetchers carry the streams (DecodeStreamsUnasked).
+  // The streams' request distance (KvAhead's `ahead`; in a page, SpanAhead): 0 where the hardware
+  // prefetchers carry the streams (DecodeStreamsUnasked).
   const int64_t ahead =
       DecodeStreamsUnasked(G, D, Dv, kr.table != nullptr, k_head_bytes, v_head_bytes) ? 0
       : kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes, nh)
                  : DecodeAheadBytes();
-  auto ahead_of = [&](const KvRows& kv, const char* row, int64_t jn, int64_t head_bytes,
-                      int64_t hh) {
-    if (!kv.table || jn > hi || hh * head_bytes + ahead < nh * head_bytes) return ahead;
-    return static_cast<int64_t>(kv.row_at(jn) - row) + ahead - nh * head_bytes;
+  // Where a paged cache's stream goes on after the span that ends before key jn (SpanAhead's
+  // `next`): the row of key jn, in another page; null where none is read or the cache is
+  // contiguous.
+  auto next_page = [&](const KvRows& kv, int64_t jn) -> const char* {
+    return kv.table && jn <= hi ? kv.row_at(jn) : nullptr;
   };
 
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
@@ -2813,17 +2879,24 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     // Rows in lanes: the maxima of each lane's scores in this sub-block (DotSpanWide).
     alignas(64) float wide_max[kDecodeTaskRows];
     if (wide) std::fill(wide_max, wide_max + kDecodeTaskRows, kNegInf);
-    // Per span (a page of a paged cache), the heads one after the other: their rows are
-    // adjacent there, so the task reads the page front to back.
+    // The sub-block's key spans (KeySpans: its pages, one span on a contiguous cache), each
+    // span's heads one after the other: their rows are adjacent there, so the task reads the
+    // page front to back.
+    KeySpan ksp[kDecodeSub];
+    int64_t kns = 0;
     kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-      for (int64_t hh = 0; hh < nh; ++hh) {
-        const int64_t pf = ahead_of(kr, row, j + n, k_head_bytes, hh);
-        const char* hrow = row + hh * k_head_bytes;
-        float* out = sc.s + hh * Gd * kDecodeSub + (j - s0);
+      ksp[kns++] = {row, next_page(kr, j + n), n, j - s0};
+    });
+    const KeySpans ks{ksp, kns, nh, k_head_bytes, ahead};
 #if TBOOST_DECODE_REDUCE16
+    // Rows in lanes and AMX: a call per span and head.
+    for (int64_t i = 0; i < (wide || amx ? kns : 0); ++i)
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        const char* hrow = ksp[i].row + hh * k_head_bytes;
+        const int64_t n = ksp[i].n, pf = ks.pf(i, hh);
         if (wide_f32) {
           const float* qt = sc.qs + hh * Dq * Gd;
-          float* st = sc.s + hh * Gd * kDecodeSub + (j - s0) * Gd;
+          float* st = sc.s + hh * Gd * kDecodeSub + ksp[i].t * Gd;
           if (wide_pairs)
             DotSpanPairedWideF32(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
           else if (Gd == 16)
@@ -2832,59 +2905,53 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
             DotSpanWideF32<2>(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
           continue;
         }
-#endif
-#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+#if TBOOST_HAS_BF16_DOT
         if (wide) {
           const uint32_t* qh = q2 + hh * D / 2 * Gd;
-          float* st = sc.s + hh * Gd * kDecodeSub + (j - s0) * Gd;
+          float* st = sc.s + hh * Gd * kDecodeSub + ksp[i].t * Gd;
           if (Gd == 16)
             DotSpanWide<1>(hrow, kr.row_bytes, n, D, qh, qscale, st, pf, wide_max + hh * Gd);
           else
             DotSpanWide<2>(hrow, kr.row_bytes, n, D, qh, qscale, st, pf, wide_max + hh * Gd);
           continue;
         }
-        if (dp) {
-          int64_t t = 0;
-          if (amx) {
-            t = n / 16 * 16;
-            AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * AmxCols(G), G, qscale, out,
-                      kDecodeSub, sc.ct, pf);
-          }
-          if (pairs_dp) {
-            const uint32_t* qh = qm + hh * Gd * D / 2;
-            const uint32_t* qr = q2 + hh * Gd * ldq2;
-            if (octets)
-              (D % 32 ? DotSpanBf16RowOctets<true>
-                      : DotSpanBf16RowOctets<false>)(hrow, kr.row_bytes, n, D, qh, qr, ldq2, qscale,
-                                                     out, kDecodeSub, pf);
-            else if (Gd == 8)
-              (D % 32 ? DotSpanBf16RowPairs<8, true>
-                      : DotSpanBf16RowPairs<8, false>)(hrow, kr.row_bytes, n, D, qh, qr, ldq2,
-                                                       qscale, out, kDecodeSub, pf);
-            else
-              (D % 32 ? DotSpanBf16RowPairs<4, true>
-                      : DotSpanBf16RowPairs<4, false>)(hrow, kr.row_bytes, n, D, qh, qr, ldq2,
-                                                       qscale, out, kDecodeSub, pf);
-            continue;
-          }
-          for (int64_t r = 0; t < n && r < Gd; r += kMaxDecodeRows)  // AMX: up to 16 rows
-            dp_dots[PairFn(D, std::min(kMaxDecodeRows, Gd - r))](
-                hrow + t * kr.row_bytes, kr.row_bytes, n - t, D, q2 + (hh * Gd + r) * ldq2, ldq2,
-                qscale, out + r * kDecodeSub + t, kDecodeSub, pf);
-          continue;
-        }
+        // AMX: the span's whole 16-key pieces on the tiles, the rest (16 rows at a time) in pairs.
+        float* out = sc.s + hh * Gd * kDecodeSub + ksp[i].t;
+        const int64_t t = n / 16 * 16;
+        AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * AmxCols(G), G, qscale, out,
+                  kDecodeSub, sc.ct, pf);
+        if (t == n) continue;
+        const KeySpan rest{hrow + t * kr.row_bytes, nullptr, n - t, ksp[i].t + t};
+        const KeySpans one{&rest, 1, 1, k_head_bytes, pf};
+        for (int64_t r = 0; r < Gd; r += kMaxDecodeRows)
+          dp_dots[PairFn(D, std::min(kMaxDecodeRows, Gd - r))](
+              one, kr.row_bytes, D, q2 + (hh * Gd + r) * ldq2, ldq2, 0, qscale,
+              sc.s + (hh * Gd + r) * kDecodeSub, 0);
+#endif
+      }
+#endif
+      // The others: one call for the sub-block.
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+    if (pairs_dp) {
+      if (octets)
+        (D % 32 ? DotSpansBf16RowOctets<true>
+                : DotSpansBf16RowOctets<false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
+      else if (Gd == 8)
+        (D % 32 ? DotSpansBf16RowPairs<8, true>
+                : DotSpansBf16RowPairs<8, false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
+      else
+        (D % 32 ? DotSpansBf16RowPairs<4, true>
+                : DotSpansBf16RowPairs<4, false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
+    } else if (dp && !wide && !amx) {  // up to kMaxDecodeRows rows
+      dp_dots[PairFn(D, Gd)](ks, kr.row_bytes, D, q2, ldq2, Gd * ldq2, qscale, sc.s,
+                             Gd * kDecodeSub);
+    }
 #endif
 #if TBOOST_DECODE_REDUCE16
-        if (pairs_f32) {
-          DotSpanF32RowPairs(hrow, kr.row_bytes, n, D, Dp, qmf + hh * 8 * D, sc.qs + hh * 8 * Dp,
-                             out, kDecodeSub, pf);
-          continue;
-        }
+    if (pairs_f32) DotSpansF32RowPairs(ks, kr.row_bytes, D, Dp, qmf, sc.qs, sc.s);
 #endif
-        dot_fns[static_cast<size_t>(Gd - 1)](hrow, kr.row_bytes, n, D, Dp, sc.qs + hh * Gd * Dp,
-                                             out, kDecodeSub, pf);
-      }
-    });
+    if (!dp && !wide && !pairs_f32)
+      dot_fns[static_cast<size_t>(Gd - 1)](ks, kr.row_bytes, D, Dp, sc.qs, sc.s);
     // The task's first value rows (16 KiB), which no earlier block of a P·V of blocks asked for
     // (RowsAhead), into L2 while the softmax computes.
     if (v_blocks && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
@@ -2953,8 +3020,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     }
 #endif
     vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+      const char* vnext = next_page(vr, j + n);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        const int64_t pf = ahead_of(vr, row, j + n, v_head_bytes, hh);
+        const int64_t pf = SpanAhead(row, vnext, hh, nh, v_head_bytes, ahead);
         const char* hrow = row + hh * v_head_bytes;
         const int64_t off = hh * Gd * kDecodeSub + (j - s0);
         // Where the stream goes on (RowsAhead): the next head's rows of this span, else the
