@@ -475,7 +475,7 @@ std::vector<CaseSpec> self_attention_cases() {
   add({.Hq = 8, .Hkv = 1, .D = 64, .q_lens = {1, 3, 2}, .k_lens = {600, 40, 2}, .causal = true,
        .threads = 2});
   add({.dtype = bf16, .Sq = 1, .Sk = 1100, .Hq = 14, .Hkv = 2, .D = 64, .threads = 2});
-  // 5-8 bf16 rows at head dims up to 64 in row octets (DotSpanBf16RowOctets; the last n % 8 keys
+  // 5-8 bf16 rows at head dims up to 64 in row octets (DotSpansBf16RowOctets; the last n % 8 keys
   // of a span two and one at a time): GQA-6 at head dim 48 (an odd multiple of 16) with a span of
   // 5 keys alone and one of 37 blocks and 5 keys, 2 causal tokens of GQA-4 at 32.
   add({.dtype = bf16, .Sq = 1, .Sk = 517, .Hq = 12, .Hkv = 2, .D = 48, .threads = 2});

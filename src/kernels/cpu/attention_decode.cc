@@ -156,7 +156,7 @@ inline int64_t DecodeAheadBytes() {
 // as on contiguous caches.
 // Zen 4's 8 KiB (for the tasks DecodeStreamsUnasked leaves out) where a task's nh heads hold that
 // much of a page, else the rule above from 4 KiB: the request for a line past the page is mapped
-// into the next page (DecodeTask's ahead_of), and 8 KiB past a page of 4 KiB lands past the next
+// into the next page (SpanAhead), and 8 KiB past a page of 4 KiB lands past the next
 // one too (Qwen2-0.5B's 14 / 2 heads of 64 in 16-key pages, bf16: 126-134 µs a call at 8 KiB
 // against 109-116 at 4).
 inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes, int64_t nh) {
@@ -2758,7 +2758,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // cache's P·V does not use) where the 8·D floats of the most heads a task of 8 rows can take
   // (kDecodeTaskRows / 8) fit there: head dims up to 256 (the ops take any head dim). Not this
   // task's heads: how many those are depends on the threads (DecodeTaskHeads), and the row pairs
-  // and octets sum in another order than DotSpans.
+  // and octets sum in another order than DotSpans / DotSpansBf16Dp.
   const bool pairs_dp = dp && !wide && !amx && Gd > kSeqMaxGDp;
   // 8 rows in row octets (RowOctets) on contiguous caches and pages of whole 8-key blocks: in
   // 12-key pages, whose last 4 keys go two at a time after one block of octets, Qwen2-0.5B's 14 / 2
@@ -2881,77 +2881,83 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     if (wide) std::fill(wide_max, wide_max + kDecodeTaskRows, kNegInf);
     // The sub-block's key spans (KeySpans: its pages, one span on a contiguous cache), each
     // span's heads one after the other: their rows are adjacent there, so the task reads the
-    // page front to back.
-    KeySpan ksp[kDecodeSub];
-    int64_t kns = 0;
-    kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-      ksp[kns++] = {row, next_page(kr, j + n), n, j - s0};
-    });
-    const KeySpans ks{ksp, kns, nh, k_head_bytes, ahead};
+    // page front to back. A block of its own: the P·V's spans below may take its stack.
+    {
+      KeySpan ksp[kDecodeSub];
+      int64_t kns = 0;
+      kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+        ksp[kns++] = {row, next_page(kr, j + n), n, j - s0};
+      });
+      const KeySpans ks{ksp, kns, nh, k_head_bytes, ahead};
 #if TBOOST_DECODE_REDUCE16
-    // Rows in lanes and AMX: a call per span and head.
-    for (int64_t i = 0; i < (wide || amx ? kns : 0); ++i)
-      for (int64_t hh = 0; hh < nh; ++hh) {
-        const char* hrow = ksp[i].row + hh * k_head_bytes;
-        const int64_t n = ksp[i].n, pf = ks.pf(i, hh);
-        if (wide_f32) {
-          const float* qt = sc.qs + hh * Dq * Gd;
-          float* st = sc.s + hh * Gd * kDecodeSub + ksp[i].t * Gd;
-          if (wide_pairs)
-            DotSpanPairedWideF32(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
-          else if (Gd == 16)
-            DotSpanWideF32<1>(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
-          else
-            DotSpanWideF32<2>(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
-          continue;
-        }
+      // Rows in lanes and AMX: a call per span and head.
+      for (int64_t i = 0; i < (wide || amx ? kns : 0); ++i)
+        for (int64_t hh = 0; hh < nh; ++hh) {
+          const char* hrow = ksp[i].row + hh * k_head_bytes;
+          const int64_t n = ksp[i].n, pf = ks.pf(i, hh);
+          if (wide_f32) {
+            const float* qt = sc.qs + hh * Dq * Gd;
+            float* st = sc.s + hh * Gd * kDecodeSub + ksp[i].t * Gd;
+            if (wide_pairs)
+              DotSpanPairedWideF32(hrow, kr.row_bytes, n, D, qt, qscale, st, pf,
+                                   wide_max + hh * Gd);
+            else if (Gd == 16)
+              DotSpanWideF32<1>(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
+            else
+              DotSpanWideF32<2>(hrow, kr.row_bytes, n, D, qt, qscale, st, pf, wide_max + hh * Gd);
+            continue;
+          }
 #if TBOOST_HAS_BF16_DOT
-        if (wide) {
-          const uint32_t* qh = q2 + hh * D / 2 * Gd;
-          float* st = sc.s + hh * Gd * kDecodeSub + ksp[i].t * Gd;
-          if (Gd == 16)
-            DotSpanWide<1>(hrow, kr.row_bytes, n, D, qh, qscale, st, pf, wide_max + hh * Gd);
-          else
-            DotSpanWide<2>(hrow, kr.row_bytes, n, D, qh, qscale, st, pf, wide_max + hh * Gd);
-          continue;
-        }
-        // AMX: the span's whole 16-key pieces on the tiles, the rest (16 rows at a time) in pairs.
-        float* out = sc.s + hh * Gd * kDecodeSub + ksp[i].t;
-        const int64_t t = n / 16 * 16;
-        AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * AmxCols(G), G, qscale, out,
-                  kDecodeSub, sc.ct, pf);
-        if (t == n) continue;
-        const KeySpan rest{hrow + t * kr.row_bytes, nullptr, n - t, ksp[i].t + t};
-        const KeySpans one{&rest, 1, 1, k_head_bytes, pf};
-        for (int64_t r = 0; r < Gd; r += kMaxDecodeRows)
-          dp_dots[PairFn(D, std::min(kMaxDecodeRows, Gd - r))](
-              one, kr.row_bytes, D, q2 + (hh * Gd + r) * ldq2, ldq2, 0, qscale,
-              sc.s + (hh * Gd + r) * kDecodeSub, 0);
+          if (wide) {
+            const uint32_t* qh = q2 + hh * D / 2 * Gd;
+            float* st = sc.s + hh * Gd * kDecodeSub + ksp[i].t * Gd;
+            if (Gd == 16)
+              DotSpanWide<1>(hrow, kr.row_bytes, n, D, qh, qscale, st, pf, wide_max + hh * Gd);
+            else
+              DotSpanWide<2>(hrow, kr.row_bytes, n, D, qh, qscale, st, pf, wide_max + hh * Gd);
+            continue;
+          }
+          // AMX: the span's whole 16-key pieces on the tiles, the rest (n % 16 keys) in pairs,
+          // kMaxDecodeRows rows at a time.
+          float* out = sc.s + hh * Gd * kDecodeSub + ksp[i].t;
+          const int64_t t = n / 16 * 16;
+          AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * AmxCols(G), G, qscale, out,
+                    kDecodeSub, sc.ct, pf);
+          if (t == n) continue;
+          const KeySpan rest{hrow + t * kr.row_bytes, nullptr, n - t, ksp[i].t + t};
+          const KeySpans one{&rest, 1, 1, k_head_bytes, pf};
+          for (int64_t r = 0; r < Gd; r += kMaxDecodeRows)
+            dp_dots[PairFn(D, std::min(kMaxDecodeRows, Gd - r))](
+                one, kr.row_bytes, D, q2 + (hh * Gd + r) * ldq2, ldq2, 0, qscale,
+                sc.s + (hh * Gd + r) * kDecodeSub, 0);
 #endif
+        }
+#endif
+        // The others: one call for the sub-block.
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+      if (pairs_dp) {
+        if (octets)
+          (D % 32 ? DotSpansBf16RowOctets<true>
+                  : DotSpansBf16RowOctets<false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
+        else if (Gd == 8)
+          (D % 32
+               ? DotSpansBf16RowPairs<8, true>
+               : DotSpansBf16RowPairs<8, false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
+        else
+          (D % 32
+               ? DotSpansBf16RowPairs<4, true>
+               : DotSpansBf16RowPairs<4, false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
+      } else if (dp && !wide && !amx) {  // up to kMaxDecodeRows rows
+        dp_dots[PairFn(D, Gd)](ks, kr.row_bytes, D, q2, ldq2, Gd * ldq2, qscale, sc.s,
+                               Gd * kDecodeSub);
       }
 #endif
-      // The others: one call for the sub-block.
-#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
-    if (pairs_dp) {
-      if (octets)
-        (D % 32 ? DotSpansBf16RowOctets<true>
-                : DotSpansBf16RowOctets<false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
-      else if (Gd == 8)
-        (D % 32 ? DotSpansBf16RowPairs<8, true>
-                : DotSpansBf16RowPairs<8, false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
-      else
-        (D % 32 ? DotSpansBf16RowPairs<4, true>
-                : DotSpansBf16RowPairs<4, false>)(ks, kr.row_bytes, D, qm, q2, ldq2, qscale, sc.s);
-    } else if (dp && !wide && !amx) {  // up to kMaxDecodeRows rows
-      dp_dots[PairFn(D, Gd)](ks, kr.row_bytes, D, q2, ldq2, Gd * ldq2, qscale, sc.s,
-                             Gd * kDecodeSub);
-    }
-#endif
 #if TBOOST_DECODE_REDUCE16
-    if (pairs_f32) DotSpansF32RowPairs(ks, kr.row_bytes, D, Dp, qmf, sc.qs, sc.s);
+      if (pairs_f32) DotSpansF32RowPairs(ks, kr.row_bytes, D, Dp, qmf, sc.qs, sc.s);
 #endif
-    if (!dp && !wide && !pairs_f32)
-      dot_fns[static_cast<size_t>(Gd - 1)](ks, kr.row_bytes, D, Dp, sc.qs, sc.s);
+      if (!dp && !wide && !amx && !pairs_f32)
+        dot_fns[static_cast<size_t>(Gd - 1)](ks, kr.row_bytes, D, Dp, sc.qs, sc.s);
+    }
     // The task's first value rows (16 KiB), which no earlier block of a P·V of blocks asked for
     // (RowsAhead), into L2 while the softmax computes.
     if (v_blocks && s0 == lo) PrefetchRows(vr, s0, std::min(s1, s0 + v_first_rows));
