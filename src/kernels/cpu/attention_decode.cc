@@ -187,11 +187,20 @@ inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes, int64
 // read a block in column ranges); f32 was mixed (24 / 8 of 128 4% more, of 64 4% less, 32 / 8 of
 // 64 7% less) and keeps the requests. Pages of 16 keys hold 2-4 KiB of a bf16 head, and each
 // page's first lines then came late: 12 / 12 of 64 took 34% more time, GQA-2 6-8%.
-constexpr int64_t kUnaskedPageBytes = 8 << 10;
+// One query row per kv head (MHA) whose task reads nh heads of each page, side by side, in one run
+// of at least kUnaskedRunBytes is left to the prefetchers too, whatever the head's bytes: in
+// 16-key pages, alternated in one process from DRAM (ctx 4096, 10-16 rounds; bench/RESULTS.md,
+// thirty-second session), time a call: bf16 MHA 32 / 32 of 128 (runs of 128 KiB) 15% less in the
+// fast memory mode and 8-10% in the slow one, of 64 (64 KiB) 17-19% (fast), 24 / 24 of 64 (48
+// KiB) 11%; f32 MHA of 64 (128 KiB) 8-11%. Shorter runs lost: 16 / 16 of 64 (32 KiB) 2%, 12 / 12
+// of 64 (24 KiB) 16-18%; and two rows per kv head lost with runs of 64 KiB too (bf16 GQA-2 32 / 16
+// of 128, 2.5-4%).
+constexpr int64_t kUnaskedPageBytes = 8 << 10, kUnaskedRunBytes = 48 << 10;
 inline bool DecodeStreamsUnasked(int64_t G, int64_t D, int64_t Dv, bool paged, int64_t k_head_bytes,
-                                 int64_t v_head_bytes) {
+                                 int64_t v_head_bytes, int64_t nh) {
+  const int64_t head = std::min(k_head_bytes, v_head_bytes);
   return kKvIntoL2 && G <= 2 && D % 16 == 0 && Dv % 16 == 0 && std::max(D, Dv) <= 128 &&
-         (!paged || std::min(k_head_bytes, v_head_bytes) >= kUnaskedPageBytes);
+         (!paged || head >= kUnaskedPageBytes || (G == 1 && nh * head >= kUnaskedRunBytes));
 }
 
 // Query rows the dots compute for G real ones: on AVX-512 3 -> 4 and 5-7 -> 8, so that the
@@ -2864,7 +2873,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // The streams' request distance (KvAhead's `ahead`; in a page, SpanAhead): 0 where the hardware
   // prefetchers carry the streams (DecodeStreamsUnasked).
   const int64_t ahead =
-      DecodeStreamsUnasked(G, D, Dv, kr.table != nullptr, k_head_bytes, v_head_bytes) ? 0
+      DecodeStreamsUnasked(G, D, Dv, kr.table != nullptr, k_head_bytes, v_head_bytes, nh) ? 0
       : kr.table ? PagedAheadBytes(k_head_bytes, v_head_bytes, nh)
                  : DecodeAheadBytes();
   // Where a paged cache's stream goes on after the span that ends before key jn (SpanAhead's
