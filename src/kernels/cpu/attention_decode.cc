@@ -193,10 +193,10 @@ inline int64_t PagedAheadBytes(int64_t k_head_bytes, int64_t v_head_bytes, int64
 // reads slower so): in 16-key pages, alternated in one process from DRAM (ctx 4096 unless said,
 // 3-16 rounds; bench/RESULTS.md, thirty-second session), time a call: bf16 MHA 32 / 32 of 128
 // (runs of 128 KiB) 15% less in the fast memory mode and 8-10% in the slow one, of 64 (64 KiB)
-// 17-19% (fast), 24 / 24 of 64 (48 KiB) 11%; f32 MHA of 64 (128 KiB) 8-11%. Shorter runs lost: 16
-// / 16 of 64 (32 KiB) 2%, 12 / 12 of 64 (24 KiB; ctx 1100 and 4096) 16-18% in the fast mode and
-// 4.5-18% in the slow; and two rows per kv head lost with runs of 64 KiB too (bf16 GQA-2 32 / 16 of
-// 128, 2.5-4%).
+// 17-19% (fast), 24 / 24 of 64 (48 KiB) 11%; f32 MHA of 64 (128 KiB) 8-11%. Shorter runs lost:
+// bf16 16 / 16 of 64 (32 KiB) 2%, 12 / 12 of 64 (24 KiB; ctx 1100 and 4096) 16-18% in the fast mode
+// and 4.5-18% in the slow; and two rows per kv head lost with runs of 64 KiB too (bf16
+// GQA-2 32 / 16 of 128, 2.5-4%).
 constexpr int64_t kUnaskedPageBytes = 8 << 10, kUnaskedRunBytes = 48 << 10;
 inline bool DecodeStreamsUnasked(int64_t G, int64_t D, int64_t Dv, bool paged, int64_t k_head_bytes,
                                  int64_t v_head_bytes, int64_t nh) {
