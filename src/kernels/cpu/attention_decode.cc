@@ -234,6 +234,19 @@ inline int64_t SpanAhead(const char* row, const char* next, int64_t hh, int64_t 
   if (!next || hh * head_bytes + ahead < nh * head_bytes) return ahead;
   return static_cast<int64_t>(next - row) + ahead - nh * head_bytes;
 }
+// A span of a paged cache (one page; all of a contiguous cache's rows of the sub-block): n rows of
+// the task's first kv head from `row` (a head's rows head_bytes further), from key t of the
+// sub-block on. The P·V over pages takes its value spans as they are (PvPagesPairs,
+// AxpyPagesTiles).
+struct PvSpan {
+  const char* row;
+  int64_t n, t;
+};
+// A key span for the dots: a PvSpan with the row after its last, where the stream goes on in
+// another page (SpanAhead's `next`; null: none, or a contiguous cache).
+struct KeySpan : PvSpan {
+  const char* next;
+};
 // The key rows of a task's sub-block as the dots read them: spans of evenly spaced rows (a page's
 // rows of a paged cache, all of them on a contiguous one), each holding the task's nh heads
 // head_bytes apart, read span by span and each span's heads in turn (a page front to back).
@@ -241,13 +254,8 @@ inline int64_t SpanAhead(const char* row, const char* next, int64_t hh, int64_t 
 // page and head, with a lambda's bookkeeping (the table's divisions) between them, had cost
 // Qwen2-0.5B's 14 / 2 heads of 64 (bf16) 18.6-20.4 TSC cycles a key and kv head of dots in
 // 16-key pages against 16.2-18.0 on a contiguous cache, and a contiguous cache cut into 16-key
-// calls as much; in one call the pages take 16.6-17.4 (phase counters from L3, Zen 4,
+// calls nearly as much; in one call the pages take 16.6-17.4 (phase counters from L3, Zen 4,
 // processes in turn; bench/RESULTS.md, thirty-second session).
-struct KeySpan {
-  const char* row;   // the task's first head
-  const char* next;  // the row after the span's last, in another page; null: none or contiguous
-  int64_t n, t;      // rows, and the sub-block's key of the first
-};
 struct KeySpans {
   const KeySpan* sp;
   int64_t ns, nh, head_bytes, ahead;
@@ -1202,12 +1210,6 @@ HWY_INLINE void AxpyKeys(const char* HWY_RESTRICT row, int64_t row_bytes, int64_
   AxpyKeysSweep<TK, KK, G>(row, row_bytes, Dv, p, pstride, os, ostride, pf);
 }
 
-// A span of a paged cache: n value rows of the task's first kv head from `row` (a head's rows
-// head_bytes further), weighted from key t of the sub-block on.
-struct PvSpan {
-  const char* row;
-  int64_t n, t;
-};
 // Spans per block: at most PvBlockKeys (pages of one key); the tiles' blocks (TileBlockRows, up
 // to 256 rows) of pages shorter than 4 keys end at this many pages instead.
 constexpr int64_t kMaxPvSpans = 64;
@@ -2897,7 +2899,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       KeySpan ksp[kDecodeSub];
       int64_t kns = 0;
       kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-        ksp[kns++] = {row, next_page(kr, j + n), n, j - s0};
+        ksp[kns++] = {{row, n, j - s0}, next_page(kr, j + n)};
       });
       const KeySpans ks{ksp, kns, nh, k_head_bytes, ahead};
 #if TBOOST_DECODE_REDUCE16
@@ -2935,7 +2937,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
           AmxScores(hrow, kr.row_bytes, t, D, sc.q2t + hh * D / 2 * AmxCols(G), G, qscale, out,
                     kDecodeSub, sc.ct, pf);
           if (t == n) continue;
-          const KeySpan rest{hrow + t * kr.row_bytes, nullptr, n - t, ksp[i].t + t};
+          const KeySpan rest{{hrow + t * kr.row_bytes, n - t, ksp[i].t + t}, nullptr};
           const KeySpans one{&rest, 1, 1, k_head_bytes, pf};
           for (int64_t r = 0; r < Gd; r += kMaxDecodeRows)
             dp_dots[PairFn(D, std::min(kMaxDecodeRows, Gd - r))](
@@ -2944,8 +2946,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 #endif
         }
 #endif
-        // The others: one call for the sub-block.
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+      // The others: one call for the sub-block.
       if (pairs_dp) {
         if (octets)
           (D % 32 ? DotSpansBf16RowOctets<true>
