@@ -247,9 +247,10 @@ struct PvSpan {
 struct KeySpan : PvSpan {
   const char* next;
 };
-// The key rows of a task's sub-block as the dots read them: spans of evenly spaced rows (a page's
-// rows of a paged cache, all of them on a contiguous one), each holding the task's nh heads
-// head_bytes apart, read span by span and each span's heads in turn (a page front to back).
+// The key rows of a task's sub-block as the dots read them (and its value rows as the P·V of one
+// pass reads them in small pages, PvSpansOnePass): spans of evenly spaced rows (a page's rows of
+// a paged cache, all of them on a contiguous one), each holding the task's nh heads head_bytes
+// apart, read span by span and each span's heads in turn (a page front to back).
 // The dots kernels take a sub-block's spans in one call (DotSpans and the others). A call per
 // page and head, with a lambda's bookkeeping (the table's divisions) between them, had cost
 // Qwen2-0.5B's 14 / 2 heads of 64 (bf16) 18.6-20.4 TSC cycles a key and kv head of dots in
@@ -1888,6 +1889,48 @@ constexpr std::array<AxpyPagesFn, 2 * sizeof...(I)> AxpyPagesTable(
   return {&AxpyPagesBf16Dp<I + 1, false>..., &AxpyPagesBf16Dp<I + 1, true>...};
 }
 
+// The pair P·V of one pass (one or two rows per kv head, all X = XB chunks at once: PvChunks)
+// over a paged sub-block's value spans in one call, each span's nh heads in turn (a page front to
+// back), each line asked for at its span's distance (KeySpans::pf), as AxpySpanBf16Dp did in a
+// call per page and head. Head hh's weights at pb + hh·pb_head (rows kDecodeSub apart), its
+// partials at parts[hh] (ostride apart; O in lane order from parts[hh] + 2). The sums are
+// AxpySpanBf16Dp's, in the same order.
+template <int G, int XB, bool kHalf>
+TBOOST_BF16_DOT_ATTR HWY_NOINLINE void PvSpansOnePass(const KeySpans& vs, int64_t row_bytes,
+                                                      const uint16_t* pb, int64_t pb_head,
+                                                      float* const* parts, int64_t ostride) {
+  const PassAhead<1> none(RowsAhead(), 0, 0, 2, XB, row_bytes);  // no requests of its own
+  for (int64_t i = 0; i < vs.ns; ++i)
+    for (int64_t hh = 0; hh < vs.nh; ++hh) {
+      const KeySpan& sp = vs.sp[i];
+      PvLanes acc[G][XB];
+      PvLoadAcc<G, XB>(acc, parts[hh] + 2, ostride, 0);
+      PvSteps<G, XB, 1, kHalf>(acc, sp.row + hh * vs.head_bytes, row_bytes, sp.n, 0,
+                               pb + hh * pb_head + sp.t, kDecodeSub, 2, true, vs.pf(i, hh), none);
+      PvStoreAcc<G, XB>(acc, parts[hh] + 2, ostride, 0);
+    }
+}
+using PvSpansFn = void (*)(const KeySpans&, int64_t, const uint16_t*, int64_t, float* const*,
+                           int64_t);
+// PvSpansOnePass for G rows (1 or 2), X chunks and the half flag; null where X chunks take more
+// than one pass (PvChunks).
+inline PvSpansFn PvSpansFor(int64_t G, int64_t X, bool half) {
+  if (G < 1 || G > 2 || PvChunks(G, X) != X) return nullptr;
+  static constexpr PvSpansFn fns[2][5][2] = {
+      {{&PvSpansOnePass<1, 1, false>, &PvSpansOnePass<1, 1, true>},
+       {&PvSpansOnePass<1, 2, false>, &PvSpansOnePass<1, 2, true>},
+       {&PvSpansOnePass<1, 3, false>, &PvSpansOnePass<1, 3, true>},
+       {&PvSpansOnePass<1, 4, false>, &PvSpansOnePass<1, 4, true>},
+       {&PvSpansOnePass<1, 8, false>, &PvSpansOnePass<1, 8, true>}},
+      {{&PvSpansOnePass<2, 1, false>, &PvSpansOnePass<2, 1, true>},
+       {&PvSpansOnePass<2, 2, false>, &PvSpansOnePass<2, 2, true>},
+       {&PvSpansOnePass<2, 3, false>, &PvSpansOnePass<2, 3, true>},
+       {&PvSpansOnePass<2, 4, false>, &PvSpansOnePass<2, 4, true>},
+       {nullptr, nullptr}}};  // 2 rows take at most 4 chunks in a pass
+  const int xi = X == 8 ? 4 : static_cast<int>(X) - 1;
+  return xi >= 0 && xi < 5 ? fns[G - 1][xi][half] : nullptr;
+}
+
 #endif
 
 template <class TK>
@@ -2728,6 +2771,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // streamed 10% slower that way than page by page (16-key pages, from DRAM).
   const bool pv_pages =
       dp_pv && !amx && !wide && G >= 3 && vr.table && vr.block_size < PvBlockKeys(Dv);
+  // One or two rows (a P·V of one pass) over such pages: the sub-block's spans in one call
+  // (PvSpansOnePass), where there was a call per page and head. Alternated in one process from
+  // DRAM (Zen 4, 8-16 rounds; bench/RESULTS.md, thirty-third session), time a call: bf16 12 / 12
+  // heads of 64 in 16-key pages 15-16% less (ctx 1100 and 4096; 18% in the fast memory mode), in
+  // 32-key pages 3%; 24 / 24 of 64 6%; MHA 32 / 32 of 128 2%, of 80 3%; GQA-2 32 / 16 of 128
+  // within 1%.
+  const PvSpansFn pv_spans = dp_pv && !amx && !wide && vr.table && vr.block_size < PvBlockKeys(Dv)
+                                 ? PvSpansFor(G, Xv, Dv % 32 != 0)
+                                 : nullptr;
 #endif
 #if TBOOST_DECODE_REDUCE16
   // The register tiles over blocks of several pages (AxpyPagesTiles) where the pages are shorter
@@ -3035,6 +3087,18 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
                                                   sc.s + hh * Gd * kDecodeSub, kDecodeSub,
                                                   part[hh] + 2, P);
           });
+      continue;
+    }
+#endif
+#if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
+    if (pv_spans) {
+      KeySpan vsp[kDecodeSub];
+      int64_t vns = 0;
+      vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+        vsp[vns++] = {{row, n, j - s0}, next_page(vr, j + n)};
+      });
+      pv_spans(KeySpans{vsp, vns, nh, v_head_bytes, ahead}, vr.row_bytes, sc.pb, Gd * kDecodeSub,
+               part, P);
       continue;
     }
 #endif
