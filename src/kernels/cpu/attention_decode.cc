@@ -36,7 +36,7 @@ struct DecodeScratch {
                  // or PackRowOctets)
   float* s;      // G x kDecodeSub
   float* row;    // max(D, Dv)
-  uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (AxpySpanBf16Dp); an f32 cache's
+  uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (the pair P·V); an f32 cache's
                  // q in row pairs (DotSpansF32RowPairs) where it fits
   // AMX (AmxScores, AmxPv, AmxPvRows; AVX-512 objects only):
   uint32_t* q2t;  // per head D/2 x AmxCols(G): its query rows as pair columns (256 columns)
@@ -242,8 +242,9 @@ struct PvSpan {
   const char* row;
   int64_t n, t;
 };
-// A key span for the dots: a PvSpan with the row after its last, where the stream goes on in
-// another page (SpanAhead's `next`; null: none, or a contiguous cache).
+// A key span for the dots (a value span for the P·V of one pass in small pages, PvSpansOnePass): a
+// PvSpan with the row after its last, where the stream goes on in another page (SpanAhead's
+// `next`; null: none, or a contiguous cache).
 struct KeySpan : PvSpan {
   const char* next;
 };
@@ -2771,8 +2772,9 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // streamed 10% slower that way than page by page (16-key pages, from DRAM).
   const bool pv_pages =
       dp_pv && !amx && !wide && G >= 3 && vr.table && vr.block_size < PvBlockKeys(Dv);
-  // One or two rows (a P·V of one pass) over such pages: the sub-block's spans in one call
-  // (PvSpansOnePass), where there was a call per page and head. Alternated in one process from
+  // One or two rows over such pages, where their P·V takes one pass (PvSpansFor; not, e.g., at
+  // value head dims 144-224): the sub-block's spans in one call (PvSpansOnePass), where there was
+  // a call per page and head. Alternated in one process from
   // DRAM (Zen 4, 8-16 rounds; bench/RESULTS.md, thirty-third session), time a call: bf16 12 / 12
   // heads of 64 in 16-key pages 15-16% less (ctx 1100 and 4096; 18% in the fast memory mode), in
   // 32-key pages 3%; 24 / 24 of 64 6%; MHA 32 / 32 of 128 2%, of 80 3%; GQA-2 32 / 16 of 128
