@@ -2774,11 +2774,10 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
       dp_pv && !amx && !wide && G >= 3 && vr.table && vr.block_size < PvBlockKeys(Dv);
   // One or two rows over such pages, where their P·V takes one pass (PvSpansFor; not, e.g., at
   // value head dims 144-224): the sub-block's spans in one call (PvSpansOnePass), where there was
-  // a call per page and head. Alternated in one process from
-  // DRAM (Zen 4, 8-16 rounds; bench/RESULTS.md, thirty-third session), time a call: bf16 12 / 12
-  // heads of 64 in 16-key pages 15-16% less (ctx 1100 and 4096; 18% in the fast memory mode), in
-  // 32-key pages 3%; 24 / 24 of 64 6%; MHA 32 / 32 of 128 2%, of 80 3%; GQA-2 32 / 16 of 128
-  // within 1%.
+  // a call per page and head. Alternated in one process from DRAM (Zen 4, 8-16 rounds;
+  // bench/RESULTS.md, thirty-third session), time a call: bf16 12 / 12 heads of 64 in 16-key pages
+  // 15-16% less (ctx 1100 and 4096; 18% in the fast memory mode), in 32-key pages 3%; 24 / 24 of
+  // 64 6%; MHA 32 / 32 of 128 2%, of 80 3%; GQA-2 32 / 16 of 128 within 1%.
   const PvSpansFn pv_spans = dp_pv && !amx && !wide && vr.table && vr.block_size < PvBlockKeys(Dv)
                                  ? PvSpansFor(G, Xv, Dv % 32 != 0)
                                  : nullptr;
