@@ -1928,8 +1928,8 @@ inline PvSpansFn PvSpansFor(int64_t G, int64_t X, bool half) {
        {&PvSpansOnePass<2, 3, false>, &PvSpansOnePass<2, 3, true>},
        {&PvSpansOnePass<2, 4, false>, &PvSpansOnePass<2, 4, true>},
        {nullptr, nullptr}}};  // 2 rows take at most 4 chunks in a pass
-  const int xi = X == 8 ? 4 : static_cast<int>(X) - 1;
-  return xi >= 0 && xi < 5 ? fns[G - 1][xi][half] : nullptr;
+  // In one pass X is 1-4 or 8 (PvChunks).
+  return fns[G - 1][X == 8 ? 4 : X - 1][half];
 }
 
 #endif
@@ -2939,6 +2939,15 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   auto next_page = [&](const KvRows& kv, int64_t jn) -> const char* {
     return kv.table && jn <= hi ? kv.row_at(jn) : nullptr;
   };
+  // The spans of keys [s0, s1) of kv (KeySpans: its pages, one span on a contiguous cache) into
+  // sp, each with its next page; returns how many.
+  auto spans_of = [&](const KvRows& kv, int64_t s0, int64_t s1, KeySpan* sp) {
+    int64_t ns = 0;
+    kv.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
+      sp[ns++] = {{row, n, j - s0}, next_page(kv, j + n)};
+    });
+    return ns;
+  };
 
   for (int64_t s0 = lo; s0 <= hi; s0 += kDecodeSub) {
     const int64_t s1 = std::min(hi + 1, s0 + kDecodeSub);
@@ -2950,10 +2959,7 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
     // page front to back. A block of its own: the P·V's spans below may take its stack.
     {
       KeySpan ksp[kDecodeSub];
-      int64_t kns = 0;
-      kr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-        ksp[kns++] = {{row, n, j - s0}, next_page(kr, j + n)};
-      });
+      const int64_t kns = spans_of(kr, s0, s1, ksp);
       const KeySpans ks{ksp, kns, nh, k_head_bytes, ahead};
 #if TBOOST_DECODE_REDUCE16
       // Rows in lanes and AMX: a call per span and head.
@@ -3094,12 +3100,8 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 #if TBOOST_HAS_BF16_DOT && TBOOST_DECODE_REDUCE16
     if (pv_spans) {
       KeySpan vsp[kDecodeSub];
-      int64_t vns = 0;
-      vr.spans(s0, s1, [&](const char* row, int64_t n, int64_t j) {
-        vsp[vns++] = {{row, n, j - s0}, next_page(vr, j + n)};
-      });
-      pv_spans(KeySpans{vsp, vns, nh, v_head_bytes, ahead}, vr.row_bytes, sc.pb, Gd * kDecodeSub,
-               part, P);
+      pv_spans(KeySpans{vsp, spans_of(vr, s0, s1, vsp), nh, v_head_bytes, ahead}, vr.row_bytes,
+               sc.pb, Gd * kDecodeSub, part, P);
       continue;
     }
 #endif
