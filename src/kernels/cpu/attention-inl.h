@@ -359,7 +359,7 @@ inline size_t DecodeScratchBytes(const AttentionArgs& a) {
   const int64_t G = kDecodeTaskRows, f = sizeof(float);
   return Align64(static_cast<size_t>(G * RoundUp(a.head_dim, N) * f)) +
          Align64(static_cast<size_t>(G * kDecodeSub * f)) +
-         Align64(static_cast<size_t>(std::max(a.head_dim, a.v_head_dim) * f)) +
+         Align64(static_cast<size_t>(2 * std::max(a.head_dim, a.v_head_dim) * f)) +
          Align64(static_cast<size_t>(G * kDecodeSub) * sizeof(uint16_t)) +
          AmxDecodeScratchBytes(a.head_dim, a.v_head_dim) + 64;
 }

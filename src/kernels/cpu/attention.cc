@@ -26,7 +26,7 @@
 // read; more rows than a task takes, kMaxDecodeRows, 32 in lanes or on AMX, go in groups, a task
 // each). The keys of each (sequence, kv head) are split into chunks (flash-decoding) so that
 // batch-1 decode keeps every thread busy; the chunks' partial results (max, sum, unnormalized
-// output) are merged by log-sum-exp at the end.
+// output) are merged by log-sum-exp, by the last chunk task of each group of rows to finish.
 //
 // Tasks go to threads through an atomic counter, heaviest first (causal tiles near the end of
 // the sequence see the most keys). Every task is computed by one thread in a fixed order, so

@@ -36,7 +36,7 @@ struct DecodeScratch {
   float* qs;     // G x Dp (bf16 pairs: G x Dp / 2 u32, then q in row pairs or octets, PackRowPairs
                  // or PackRowOctets)
   float* s;      // G x kDecodeSub
-  float* row;    // max(D, Dv)
+  float* row;    // 2 x max(D, Dv): a q row's floats; the merge's output and scratch (MergeRow)
   uint16_t* pb;  // G x kDecodeSub: the softmax weights as bf16 (the pair P·V); an f32 cache's
                  // q in row pairs (DotSpansF32RowPairs) where it fits
   // AMX (AmxScores, AmxPv, AmxPvRows; AVX-512 objects only):
@@ -1982,7 +1982,9 @@ HWY_INLINE SoftmaxMax SoftmaxMaskMax(const DecodeRowInfo& ri, int64_t s0, int64_
     if (ri.slope2 != 0.0f) s[jj] -= ri.slope2 * static_cast<float>(std::llabs(ri.pos - j));
     if (ri.mask) s[jj] += MaskLog2(ri.mask[j]);
   }
-  // Four chains of maxima: one chain made the row wait on ns / N dependent vmaxps.
+  // Four chains of maxima: one chain made the row wait on ns / N dependent vmaxps. (A NaN score
+  // restarts its chain at the next score, vmaxps returning its second operand; so with NaN scores
+  // the maximum found depends on where they lie, as before, and on the chains.)
   VF mb = hn::Set(d, kNegInf), mb1 = mb, mb2 = mb, mb3 = mb;
   int64_t jj = 0;
   for (; jj + 4 * N <= ns; jj += 4 * N) {
@@ -1996,8 +1998,10 @@ HWY_INLINE SoftmaxMax SoftmaxMaskMax(const DecodeRowInfo& ri, int64_t s0, int64_
   mb = hn::Max(hn::Max(mb, mb1), hn::Max(mb2, mb3));
   const float mnew = std::max(pr[0], ReduceMaxF(d, mb));
   const float msafe = mnew == kNegInf ? 0.0f : mnew;
-  // exp2(0) is 1: no call where the maximum stayed (most sub-blocks once it settles).
-  return {mnew, msafe, pr[0] == kNegInf ? 0.0f : pr[0] == msafe ? 1.0f : std::exp2(pr[0] - msafe)};
+  // exp2(0) is 1: no call where the maximum stayed (a contiguous cache's later sub-blocks of a
+  // chunk; a paged cache's chunk is one sub-block, whose partial starts at -inf).
+  const float dm = pr[0] - msafe;  // NaN for an infinite maximum, as exp2 gave
+  return {mnew, msafe, pr[0] == kNegInf ? 0.0f : dm == 0.0f ? 1.0f : std::exp2(dm)};
 }
 // The partial's new m, and l and O rescaled (sum: the new weights' sum in lanes).
 HWY_INLINE void SoftmaxRescale(const SoftmaxMax& m, VF sum, float* HWY_RESTRICT pr, int64_t Dvp) {
@@ -3054,10 +3058,12 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
 #endif
     // Every row's mask and maximum first, then every row's 2^x pass: row by row, each 2^x pass
     // had waited on its own row's maximum (one chain of vmaxps, a reduction, std::exp2). With
-    // SoftmaxMaskMax's four chains and no std::exp2 where the maximum stayed, calls took 1.6-2.1%
+    // SoftmaxMaskMax's four chains (and no std::exp2 where the maximum stayed, which paged caches'
+    // one-sub-block chunks never reach), calls took 1.6-2.1%
     // less time from L3 (bf16 heads of 64: 14 / 2 in 16-key pages, 9 / 3, 12 / 12 at ctx 1100;
     // GQA-8 of 128) and 4.4% for f32 GQA-4 in 16-key pages (32 MiB), Zen 4. The 2^x passes
-    // themselves (about 7.4 core cycles per 16 scores there) are most of what is left.
+    // themselves (about 8 core cycles per 16 scores there, the bf16 store included, in a
+    // microbenchmark) are most of what is left.
     SoftmaxMax mx[kDecodeTaskRows];
     const int64_t nrows = wide ? 0 : nh * G;
     HWY_DASSERT(nrows <= kDecodeTaskRows);
@@ -3460,7 +3466,7 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
     sc.s = reinterpret_cast<float*>(p);
     p += Align64(static_cast<size_t>(kDecodeTaskRows * kDecodeSub) * sizeof(float));
     sc.row = reinterpret_cast<float*>(p);
-    p += Align64(static_cast<size_t>(std::max(D, Dv)) * sizeof(float));
+    p += Align64(static_cast<size_t>(2 * std::max(D, Dv)) * sizeof(float));
     sc.pb = reinterpret_cast<uint16_t*>(p);
     p += Align64(static_cast<size_t>(kDecodeTaskRows * kDecodeSub) * sizeof(uint16_t));
     if (AmxDecodeScratchBytes(D, Dv) > 0) {
@@ -3502,16 +3508,17 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       return;
     }
     // Else the last of a (sequence, kv head, row group)'s chunk tasks to finish merges its rows
-    // (the scores' scratch is free by now), while the other threads go on with their tasks. A
+    // while the other threads go on with their tasks. A
     // merge after the tasks, in a second fork / join, had cost 3.7-6.2% of a call from L3 (the
     // merge left out, bf16 GQA-8 of 128, Qwen2-0.5B's 14 / 2 of 64 in 16-key pages, 12 / 12 of
-    // 64 at ctx 1100); merged here, calls took 1.6-3.8% less time (those and 9 / 3 of 64, from
-    // L3, Zen 4), MQA (one thread now merges its 32 rows) and GQA-8 within ±0.7%.
+    // 64 at ctx 1100); merged here, calls took 1.6-3.8% less time (those but GQA-8, and 9 / 3
+    // of 64; from L3, Zen 4, two series), GQA-8 0.4-2.1% less, MQA (one thread now merges its 32
+    // rows) within 0.7%.
     for (int64_t hh = 0; hh < nh; ++hh) {
       const size_t u = static_cast<size_t>(((b * a.kv_heads + kvh0 + hh) * NG + grp));
       if (left[u].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
       for (int64_t r = r0; r < r1; ++r)
-        MergeRow(a, parts, Gmax, P, b, kvh0 + hh, r, cb, ce, sc.s, sc.row);
+        MergeRow(a, parts, Gmax, P, b, kvh0 + hh, r, cb, ce, sc.row + std::max(D, Dv), sc.row);
     }
   });
 }
