@@ -2781,17 +2781,16 @@ void DecodeTask(const KvRows& kr, const KvRows& vr, int64_t nh, int64_t k_head_b
   // The pair P·V over blocks of several pages (AxpyPagesBf16Dp) where the pages are shorter than
   // its blocks, from 3 rows per kv head (P·V of several passes). With one pass (MHA) the pages
   // streamed 10% slower that way than page by page (16-key pages, from DRAM).
-  const bool pv_pages =
-      dp_pv && !amx && !wide && G >= 3 && vr.table && vr.block_size < PvBlockKeys(Dv);
+  const bool pair_small_pages =
+      dp_pv && !amx && !wide && vr.table && vr.block_size < PvBlockKeys(Dv);
+  const bool pv_pages = pair_small_pages && G >= 3;
   // One or two rows over such pages, where their P·V takes one pass (PvSpansFor; not, e.g., at
   // value head dims 144-224): the sub-block's spans in one call (PvSpansOnePass), where there was
   // a call per page and head. Alternated in one process from DRAM (Zen 4, 8-16 rounds;
   // bench/RESULTS.md, thirty-third session), time a call: bf16 12 / 12 heads of 64 in 16-key pages
   // 15-16% less (ctx 1100 and 4096; 18% in the fast memory mode), in 32-key pages 3%; 24 / 24 of
   // 64 6%; MHA 32 / 32 of 128 2%, of 80 3%; GQA-2 32 / 16 of 128 within 1%.
-  const PvSpansFn pv_spans = dp_pv && !amx && !wide && vr.table && vr.block_size < PvBlockKeys(Dv)
-                                 ? PvSpansFor(G, Xv, Dv % 32 != 0)
-                                 : nullptr;
+  const PvSpansFn pv_spans = pair_small_pages ? PvSpansFor(G, Xv, Dv % 32 != 0) : nullptr;
 #endif
 #if TBOOST_DECODE_REDUCE16
   // The register tiles over blocks of several pages (AxpyPagesTiles) where the pages are shorter
@@ -3438,11 +3437,10 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
   // Chunk tasks left to finish per (sequence, kv head, row group) of the sequences of several
   // chunks: the last one merges (below).
   std::vector<std::atomic<int32_t>> left(static_cast<size_t>(a.batch * a.kv_heads * NG));
-  for (int64_t b = 0; b < a.batch; ++b)
-    for (int64_t u = b * a.kv_heads * NG; u < (b + 1) * a.kv_heads * NG; ++u)
-      left[static_cast<size_t>(u)].store(
-          static_cast<int32_t>(first[static_cast<size_t>(b) + 1] - first[static_cast<size_t>(b)]),
-          std::memory_order_relaxed);
+  for (size_t u = 0; u < left.size(); ++u) {
+    const size_t b = u / static_cast<size_t>(a.kv_heads * NG);
+    left[u].store(static_cast<int32_t>(first[b + 1] - first[b]), std::memory_order_relaxed);
+  }
   RunTasks(a.threads, a.ftz, ntasks, ws, per, [&](int64_t t, char* mine) {
     const int64_t grp = t % NG, ck = t / NG;
     const int64_t chunk = ck / HG, kvh0 = ck % HG * NH, nh = std::min(NH, a.kv_heads - kvh0);
@@ -3495,9 +3493,9 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
                           a.dtype, amx_ok, wide_ok, wide_pairs_ok, sc, part);
         break;
     }
-    // A sequence of one chunk is finished here: its partials are the result. At short contexts
-    // (every one up to the chunk keys) a merge after the tasks had cost about as much as the
-    // attention.
+    // A sequence of one chunk is finished here: its partials are the result. Through MergeRow
+    // below (the same values) one-chunk calls had taken up to 5% more time (alternated in one
+    // process from L3, ctx 512, Zen 4: MHA of 128 5.1%, MQA 2.7%, GQA-4 and heads of 64 even).
     const int64_t cb = first[static_cast<size_t>(b)], ce = first[static_cast<size_t>(b) + 1];
     if (ce - cb == 1) {
       for (int64_t hh = 0; hh < nh; ++hh)
@@ -3508,12 +3506,11 @@ void DecodeForward(const AttentionArgs& a, char* ws, size_t per_thread) {
       return;
     }
     // Else the last of a (sequence, kv head, row group)'s chunk tasks to finish merges its rows
-    // while the other threads go on with their tasks. A
-    // merge after the tasks, in a second fork / join, had cost 3.7-6.2% of a call from L3 (the
-    // merge left out, bf16 GQA-8 of 128, Qwen2-0.5B's 14 / 2 of 64 in 16-key pages, 12 / 12 of
-    // 64 at ctx 1100); merged here, calls took 1.6-3.8% less time (those but GQA-8, and 9 / 3
-    // of 64; from L3, Zen 4, two series), GQA-8 0.4-2.1% less, MQA (one thread now merges its 32
-    // rows) within 0.7%.
+    // while the other threads go on with their tasks. A merge after the tasks, in a second
+    // fork / join, had cost 3.7-6.2% of a call from L3 (the merge left out, bf16 GQA-8 of 128,
+    // Qwen2-0.5B's 14 / 2 of 64 in 16-key pages, 12 / 12 of 64 at ctx 1100); merged here, calls
+    // took 1.6-3.8% less time (those but GQA-8, and 9 / 3 of 64; from L3, Zen 4, two series),
+    // GQA-8 0.4-2.1% less, MQA (one thread now merges its 32 rows) within 0.7%.
     for (int64_t hh = 0; hh < nh; ++hh) {
       const size_t u = static_cast<size_t>(((b * a.kv_heads + kvh0 + hh) * NG + grp));
       if (left[u].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
